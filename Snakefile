@@ -1,0 +1,32 @@
+# lpgemm: build, compile, run and compare low-precision GEMM kernels written in TileLang.
+#
+#   snakemake --cores 1              # the whole pipeline for this host (CPU-only or GPU)
+#   snakemake -n                     # show what would run
+#
+# Results path grammar (everything under results/ is generated):
+#   results/inputs/{dist}/{M}x{N}x{K}/fp32.pt            unquantized A (M,K), B (N,K); manifest.json: sha256
+#   results/inputs/{dist}/{M}x{N}x{K}/formats/{fmt}.pt   quantized operands per input format
+#   results/{platform}/compile/{target}/{variant}/{tile}.json   compile record per shape (+ {tile}/{shape}/kernel.cu, .ptx)
+#   results/{platform}/{variant}/{dist}/{M}x{N}x{K}.json        one run: a row per tile (or "lib"/"emulated")
+#   results/{platform}/ceilings.json                     copy bandwidth and library peaks (GPU hosts)
+#   results/{platform}/tidy.csv|parquet, compile_matrix.csv, report.md, figures/
+#   results/published/{platform}/                        committed results of a GPU run
+# platform: "cpu" on a host without a GPU, else the GPU's slug (e.g. h200); target: an nvcc arch
+# (sm_90a); tile: kernels/tiles.py grammar, "lib" for a library baseline, "emulated" on the CPU.
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/inputs.smk"
+include: "workflow/rules/compile.smk"
+include: "workflow/rules/run.smk"
+include: "workflow/rules/collect.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        f"results/{PLATFORM}/tidy.csv",
+        f"results/{PLATFORM}/report.md",
+    default_target: True

@@ -1,0 +1,154 @@
+"""fp8 GEMM family: C = (A_q · B_qᵀ) · (s_a · s_b), A (M,K), B (N,K), fp32 accumulation, bf16 out.
+
+Per-tensor scales (amax / fp8 max) are applied in the epilogue. On sm_90a the kernel must lower to
+``wgmma``: TileLang does so only for A (M,K), B (N,K) with ``transpose_B=True`` and otherwise
+falls back to ``mma.sync`` silently, which the compile step's instruction check turns into a failure.
+TileLang evaluates a prim_func's annotations with the factory's closure variables, so this module must
+not use ``from __future__ import annotations`` (string annotations would lose e.g. ``out_dtype``).
+"""
+from functools import partial
+
+import torch
+
+from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.tiles import Tile
+
+FP8 = {
+    "e4m3": (torch.float8_e4m3fn, "float8_e4m3fn", 448.0),
+    "e5m2": (torch.float8_e5m2, "float8_e5m2", 57344.0),
+}
+
+
+def quantize_fp8(x: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor fp8 quantization: scale = amax / fp8_max; values clamped before the cast.
+
+    torch's fp8 casts do not saturate (out-of-range values become NaN/Inf), hence the clamp.
+    Returns (q, scale) with ``q.float() * scale ≈ x`` and scale a float32 tensor of shape (1,).
+    """
+    if kind not in FP8:
+        raise ValueError(f"unknown fp8 kind {kind!r}; expected one of {sorted(FP8)}")
+    if not x.is_floating_point():
+        raise TypeError(f"quantize_fp8 expects a floating-point tensor, got {x.dtype}")
+    torch_dtype, _, fmax = FP8[kind]
+    amax = x.abs().max().float()
+    if not torch.isfinite(amax):
+        raise ValueError("quantize_fp8: input contains NaN or Inf")
+    scale = (amax / fmax) if amax > 0 else torch.tensor(1.0)
+    q = (x.float() / scale).clamp(-fmax, fmax).to(torch_dtype)
+    return q, scale.reshape(1).to(torch.float32)
+
+
+def _quantize_pair(A: torch.Tensor, B: torch.Tensor, kind: str) -> Operands:
+    a, sa = quantize_fp8(A, kind)
+    b, sb = quantize_fp8(B, kind)
+    return {"A": a, "B": b, "scale_a": sa, "scale_b": sb}
+
+
+def _dequantize_pair(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
+    return ops["A"].double() * ops["scale_a"].double(), ops["B"].double() * ops["scale_b"].double()
+
+
+def emulate_fp8_gemm(ops: Operands) -> torch.Tensor:
+    """The kernel's arithmetic on the CPU: exact fp8 products, fp32 accumulation, scaled epilogue, bf16."""
+    acc = ops["A"].float() @ ops["B"].float().T
+    return (acc * (ops["scale_a"] * ops["scale_b"])).to(torch.bfloat16)
+
+
+def gemm_fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype: str = "bfloat16"):
+    """TileLang fp8 GEMM: TMA-fed pipelined ``T.gemm`` with A (M,K), B (N,K), transpose_B=True."""
+    import tilelang.language as T
+
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    policy = getattr(T.GemmWarpPolicy, tile.policy)
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), in_dtype),
+        B: T.Tensor((N, K), in_dtype),
+        scale: T.Tensor((1,), "float32"),  # s_a * s_b
+        C: T.Tensor((M, N), out_dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
+            A_shared = T.alloc_shared((bM, bK), in_dtype)
+            B_shared = T.alloc_shared((bN, bK), in_dtype)
+            C_local = T.alloc_fragment((bM, bN), "float32")
+            if tile.swizzle:
+                T.use_swizzle(tile.swizzle)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=tile.num_stages):
+                T.copy(A[by * bM, k * bK], A_shared)
+                T.copy(B[bx * bN, k * bK], B_shared)
+                T.gemm(A_shared, B_shared, C_local, transpose_B=True, policy=policy)
+            for i, j in T.Parallel(bM, bN):
+                C_local[i, j] = C_local[i, j] * scale[0]
+            T.copy(C_local, C[by * bM, bx * bN])
+
+    return main
+
+
+def _launch_tilelang(kernel, ops: Operands) -> torch.Tensor:
+    return kernel(ops["A"], ops["B"], ops["scale_a"] * ops["scale_b"])
+
+
+def _launch_scaled_mm(kernel, ops: Operands, fast_accum: bool) -> torch.Tensor:
+    # B (N,K) row-major transposed is the column-major (K,N) operand cuBLASLt wants.
+    return torch._scaled_mm(
+        ops["A"],
+        ops["B"].T,
+        scale_a=ops["scale_a"].reshape(()),
+        scale_b=ops["scale_b"].reshape(()),
+        out_dtype=torch.bfloat16,
+        use_fast_accum=fast_accum,
+    )
+
+
+for _kind, (_, _tl_dtype, _fmax) in FP8.items():
+    register_format(
+        Format(
+            name=f"fp8_{_kind}_tensor",
+            quantize=partial(_quantize_pair, kind=_kind),
+            dequantize=_dequantize_pair,
+            description=f"{_kind} values, one fp32 scale per tensor (amax/{_fmax:g}), clamped before the cast",
+        )
+    )
+    _tag = "kFloat8_e4m3" if _kind == "e4m3" else "kFloat8_e5m2"
+    register_variant(
+        Variant(
+            name=f"fp8_{_kind}",
+            family="fp8",
+            input_format=f"fp8_{_kind}_tensor",
+            emulate=emulate_fp8_gemm,
+            launch=_launch_tilelang,
+            kernel=partial(gemm_fp8_kernel, in_dtype=_tl_dtype),
+            out_idx=(3,),
+            ceiling="fp8_matmul",
+            baseline="cublas_fp8_e4m3",  # cuBLAS has no e5m2 x e5m2 GEMM: e4m3 is the nearest library peer
+            instructions={"sm_90a": rf"wgmma_ss<tl::DataType::{_tag}", "sm_89": r"mma_sync", "sm_100a": r"mma"},
+            description=f"TileLang {_kind}×{_kind} GEMM, fp32 accumulation, per-tensor scales in the epilogue, bf16 out",
+        )
+    )
+
+register_variant(
+    Variant(
+        name="cublas_fp8_e4m3",
+        family="fp8",
+        input_format="fp8_e4m3_tensor",
+        emulate=emulate_fp8_gemm,
+        launch=partial(_launch_scaled_mm, fast_accum=False),
+        min_cc=89,
+        ceiling="fp8_matmul",
+        description="torch._scaled_mm (cuBLASLt) e4m3, tensorwise scales, bf16 out, default accumulation",
+    )
+)
+register_variant(
+    Variant(
+        name="cublas_fp8_e4m3_fastacc",
+        family="fp8",
+        input_format="fp8_e4m3_tensor",
+        emulate=emulate_fp8_gemm,
+        launch=partial(_launch_scaled_mm, fast_accum=True),
+        min_cc=89,
+        ceiling="fp8_matmul",
+        description="torch._scaled_mm (cuBLASLt) e4m3 with use_fast_accum=True: accumulates like wgmma, no promotion",
+    )
+)

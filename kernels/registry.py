@@ -1,0 +1,102 @@
+"""The catalogue: input formats and GEMM variants, found by name.
+
+A *format* turns the unquantized float32 operands A (M,K) and B (N,K) into a variant's operands
+(quantized tensors plus scales) and back into float64 (for the kernel-error reference).
+A *variant* is one GEMM implementation: a TileLang kernel (``kernel`` set) or a library baseline
+(``kernel`` None); each has a CPU emulation of its arithmetic, so every host gets its numerics.
+Family modules (``fp8``, ``int4``, ...) register theirs at import; ``load_all`` imports them.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+Operands = dict[str, torch.Tensor]
+
+FAMILY_MODULES = ("kernels.baselines", "kernels.fp8")
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    # (A, B) float32 on CPU -> operands; deterministic (no randomness)
+    quantize: Callable[[torch.Tensor, torch.Tensor], Operands]
+    # operands -> (A_hat (M,K), B_hat (N,K)) float64: what the kernel actually multiplies
+    dequantize: Callable[[Operands], tuple[torch.Tensor, torch.Tensor]]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # also its rule suffix and its results folder
+    family: str  # fp8 | int4 | blockscaled | dequant
+    input_format: str
+    # CPU emulation of the variant's arithmetic: operands -> output (M, N)
+    emulate: Callable[[Operands], torch.Tensor]
+    # GPU: (compiled kernel or None, operands on the GPU) -> output (M, N)
+    launch: Callable[[object, Operands], torch.Tensor]
+    # TileLang kernel factory (M, N, K, tile) -> PrimFunc; None for a library baseline
+    kernel: Callable | None = None
+    out_idx: tuple[int, ...] = ()
+    # arch -> regex that must appear in the generated CUDA source (a silent fallback fails loudly)
+    instructions: dict[str, str] = field(default_factory=dict)
+    # arch -> reason the variant cannot build there (recorded as unsupported, not attempted)
+    unsupported: dict[str, str] = field(default_factory=dict)
+    # TileLang pass configs per arch, e.g. disabling warp specialization
+    pass_configs: dict[str, dict] = field(default_factory=dict)
+    # integer GEMMs: operands -> int64 reference the output must equal bit for bit
+    exact_reference: Callable[[Operands], torch.Tensor] | None = None
+    # output -> float64 in the units of A·Bᵀ (e.g. an int32 product times s_a·s_b); None: as is
+    to_real: Callable[[torch.Tensor, Operands], torch.Tensor] | None = None
+    # extra correctness checks run before timing: (launch_fn(ops)->out, M, N, K, device) -> {name: ok}
+    self_checks: Callable | None = None
+    ops_unit: str = "TFLOP/s"
+    # the ceiling (kernels.ceilings) its throughput is a fraction of
+    ceiling: str = "bf16_matmul"
+    # the library variant its speedup is reported against (same precision where the library has it)
+    baseline: str | None = None
+    # minimum arch (compute capability) for a library baseline to run, e.g. 89 for fp8
+    min_cc: int = 0
+    description: str = ""
+
+
+FORMATS: dict[str, Format] = {}
+VARIANTS: dict[str, Variant] = {}
+
+
+def register_format(fmt: Format) -> Format:
+    if fmt.name in FORMATS:
+        raise ValueError(f"format {fmt.name!r} registered twice")
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def register_variant(v: Variant) -> Variant:
+    if v.name in VARIANTS:
+        raise ValueError(f"variant {v.name!r} registered twice")
+    VARIANTS[v.name] = v
+    return v
+
+
+def load_all() -> None:
+    for mod in FAMILY_MODULES:
+        importlib.import_module(mod)
+
+
+def get_variant(name: str) -> Variant:
+    load_all()
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise KeyError(f"unknown variant {name!r}; known: {', '.join(sorted(VARIANTS))}") from None
+
+
+def get_format(name: str) -> Format:
+    load_all()
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise KeyError(f"unknown input format {name!r}; known: {', '.join(sorted(FORMATS))}") from None

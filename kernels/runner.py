@@ -1,0 +1,124 @@
+"""One measurement point: a variant on one input set, correctness first, then timing.
+
+On a GPU host every configured tile of a TileLang variant (or the library call of a baseline) is
+compiled or loaded from cache, checked against float64 references and, if within tolerance, timed.
+On a CPU-only host the variant's arithmetic is emulated in torch for its error metrics; nothing is
+timed.
+"""
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable
+
+import torch
+
+from kernels import bench, compile as kcompile
+from kernels.metrics import error_metrics
+from kernels.registry import Operands, Variant, get_format
+from kernels.tiles import EMULATED, LIBRARY, Tile
+
+TOLERANCE_KEYS = ("total_rel_fro", "total_calc_diff", "kernel_rel_fro", "kernel_calc_diff")
+
+
+def judge(metrics: dict, tolerance: dict) -> list[str]:
+    """Reasons a result fails: non-finite output, inexact integer output, or a metric over tolerance."""
+    reasons = []
+    if not (metrics.get("total_finite", True) and metrics.get("kernel_finite", True)):
+        reasons.append("output has NaN/Inf")
+    if metrics.get("exact") is False:
+        reasons.append("integer output differs from the exact reference")
+    for key, ok in metrics.items():
+        if key.startswith("check_") and not ok:
+            reasons.append(f"self-check {key.removeprefix('check_')} failed")
+    for key in TOLERANCE_KEYS:
+        limit = tolerance.get(key)
+        val = metrics.get(key)
+        if limit is not None and val is not None and not (val <= limit):  # NaN fails too
+            reasons.append(f"{key} {val:.3g} > {limit:.3g}")
+    return reasons
+
+
+class References:
+    """float64 products of the unquantized and of the dequantized operands, computed once per point."""
+
+    def __init__(self, A: torch.Tensor, B: torch.Tensor, ops: Operands, fmt_name: str, device: str):
+        self.total = A.to(device).double() @ B.to(device).double().T
+        a_hat, b_hat = get_format(fmt_name).dequantize(ops)
+        self.kernel = a_hat.double() @ b_hat.double().T
+
+
+def measure_output(variant: Variant, out: torch.Tensor, ops: Operands, refs: References) -> dict:
+    real = variant.to_real(out, ops) if variant.to_real else out
+    m = error_metrics(real, refs.total, "total") | error_metrics(real, refs.kernel, "kernel")
+    if variant.exact_reference is not None:
+        m["exact"] = bool(torch.equal(out.to(torch.int64), variant.exact_reference(ops).to(out.device)))
+    return m
+
+
+def run_emulated(variant: Variant, A: torch.Tensor, B: torch.Tensor, ops: Operands, tolerance: dict) -> list[dict]:
+    refs = References(A, B, ops, variant.input_format, "cpu")
+    m = measure_output(variant, variant.emulate(ops), ops, refs)
+    reasons = judge(m, tolerance)
+    return [{"tile": EMULATED, "status": "failed" if reasons else "ok", "reason": "; ".join(reasons), **m}]
+
+
+def _flops(M: int, N: int, K: int) -> float:
+    return 2.0 * M * N * K
+
+
+def run_gpu(
+    variant: Variant, A: torch.Tensor, B: torch.Tensor, ops: Operands, tiles: list[Tile], arch: str,
+    tolerance: dict, reps: int, warmup: int,
+) -> list[dict]:
+    M, K = A.shape
+    N = B.shape[0]
+    dev_ops = {k: v.cuda() for k, v in ops.items()}
+    refs = References(A, B, dev_ops, variant.input_format, "cuda")
+    rows = []
+    cc = torch.cuda.get_device_capability()
+    candidates: list[tuple[str, Callable[[], object] | None, str]] = []
+    if variant.kernel is None:
+        ok = cc[0] * 10 + cc[1] >= variant.min_cc
+        candidates.append((LIBRARY, None, "" if ok else f"needs compute capability >= {variant.min_cc / 10:.1f}"))
+    else:
+        candidates += [(t.name, t, "") for t in tiles]
+    for tile_name, tile, skip in candidates:
+        row: dict = {"tile": tile_name}
+        if skip:
+            rows.append(row | {"status": "unsupported", "reason": skip})
+            continue
+        try:
+            kernel = kcompile.build(variant, M, N, K, tile, arch) if tile is not None else None
+            launch = variant.launch
+
+            def call(o: Operands = dev_ops, k=kernel) -> torch.Tensor:
+                return launch(k, o)
+
+            out = call()
+            torch.cuda.synchronize()
+            m = measure_output(variant, out, dev_ops, refs)
+            if variant.self_checks is not None:
+                checks = variant.self_checks(lambda o, k=kernel: launch(k, o), M, N, K, "cuda")
+                m |= {f"check_{name}": bool(ok) for name, ok in checks.items()}
+            reasons = judge(m, tolerance)
+            row |= m
+            if reasons:  # correctness first: a wrong kernel is not timed
+                rows.append(row | {"status": "failed", "reason": "; ".join(reasons)})
+                continue
+            t = bench.time_cuda(call, reps=reps, warmup=warmup)
+            row |= t
+            row["throughput"] = _flops(M, N, K) / (t["time_ms_median"] * 1e-3) / 1e12
+            rows.append(row | {"status": "ok", "reason": ""})
+        except kcompile.UnsupportedTarget as e:
+            rows.append(row | {"status": "unsupported", "reason": str(e)})
+        except Exception as e:  # one bad tile must not lose the others
+            rows.append(row | {"status": "error", "reason": f"{type(e).__name__}: {e}"[:500],
+                               "traceback": traceback.format_exc()[-2000:]})
+            if isinstance(e, torch.cuda.OutOfMemoryError):
+                torch.cuda.empty_cache()
+    for r in rows:
+        for k, v in list(r.items()):
+            if isinstance(v, float) and math.isnan(v):
+                r[k] = None
+    return rows

@@ -1,0 +1,77 @@
+"""Tile configurations, named CUTLASS-style so that a name encodes the whole configuration.
+
+Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col|sq}][_z{panel}]``
+e.g. ``m128n256k128_s3_t256_wrow_z8``. ``lib`` names a library baseline (no tile), ``emulated``
+the CPU emulation of a variant's arithmetic.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+LIBRARY = "lib"
+EMULATED = "emulated"
+_TILE_RE = re.compile(
+    r"^m(?P<block_M>\d+)n(?P<block_N>\d+)k(?P<block_K>\d+)_s(?P<num_stages>\d+)_t(?P<threads>\d+)"
+    r"(?:_w(?P<policy>row|col|sq))?(?:_z(?P<swizzle>\d+))?$"
+)
+_POLICIES = {"row": "FullRow", "col": "FullCol", "sq": "Square", None: "Square"}
+
+
+@dataclass(frozen=True)
+class Tile:
+    block_M: int
+    block_N: int
+    block_K: int
+    num_stages: int
+    threads: int
+    policy: str = "Square"  # name of a T.GemmWarpPolicy member
+    swizzle: int = 0  # threadblock rasterization panel; 0 = off
+
+    @property
+    def name(self) -> str:
+        short = {v: k for k, v in _POLICIES.items() if k}[self.policy]
+        s = f"m{self.block_M}n{self.block_N}k{self.block_K}_s{self.num_stages}_t{self.threads}"
+        if self.policy != "Square":
+            s += f"_w{short}"
+        if self.swizzle:
+            s += f"_z{self.swizzle}"
+        return s
+
+
+def parse_tile(name: str) -> Tile:
+    """Parse a tile name; a malformed name raises ValueError that quotes it and the grammar."""
+    m = _TILE_RE.match(name)
+    if not m:
+        raise ValueError(
+            f"bad tile name {name!r}: expected m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol|_wsq][_z<panel>],"
+            " e.g. m128n256k128_s3_t256_wrow_z8"
+        )
+    d = m.groupdict()
+    tile = Tile(
+        block_M=int(d["block_M"]),
+        block_N=int(d["block_N"]),
+        block_K=int(d["block_K"]),
+        num_stages=int(d["num_stages"]),
+        threads=int(d["threads"]),
+        policy=_POLICIES[d["policy"]],
+        swizzle=int(d["swizzle"] or 0),
+    )
+    for field in ("block_M", "block_N", "block_K", "num_stages", "threads"):
+        if getattr(tile, field) <= 0:
+            raise ValueError(f"bad tile name {name!r}: {field} must be positive")
+    if tile.threads % 128:
+        raise ValueError(f"bad tile name {name!r}: threads must be a multiple of 128 (whole warpgroups)")
+    return tile
+
+
+def parse_shape(name: str) -> tuple[int, int, int]:
+    """Parse ``{M}x{N}x{K}``."""
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", name)
+    if not m or min(int(g) for g in m.groups()) <= 0:
+        raise ValueError(f"bad shape {name!r}: expected MxNxK with positive integers, e.g. 4096x4096x4096")
+    return tuple(int(g) for g in m.groups())  # type: ignore[return-value]
+
+
+def shape_name(M: int, N: int, K: int) -> str:
+    return f"{M}x{N}x{K}"

@@ -1,0 +1,17 @@
+# Stage 4: one tidy table of every run (one row per target x variant x distribution x shape x tile),
+# and the compile matrix.
+
+
+rule collect:
+    input:
+        runs=run_outputs(),
+        compiled=compile_outputs(),
+        ceilings=[f"results/{PLATFORM}/ceilings.json"] if RUN_ARCH else [],
+    output:
+        csv="results/{platform}/tidy.csv",
+        parquet="results/{platform}/tidy.parquet",
+        compile_matrix="results/{platform}/compile_matrix.csv",
+    log:
+        "results/logs/{platform}/collect.log",
+    script:
+        "../scripts/collect.py"

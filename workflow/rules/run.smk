@@ -1,0 +1,53 @@
+# Stage 3: run. One rule per variant (run_<variant>), so `--forcerun run_fp8_e4m3` reruns one variant.
+# On a GPU host: correctness, then timing, of each tile compiled for this GPU's arch. On a CPU-only
+# host: the variant's arithmetic emulated in torch, error metrics only.
+
+
+def _run_inputs(variant):
+    def inputs(wc):
+        files = {"fp32": f"results/inputs/{wc.dist}/{wc.shape}/fp32.pt",
+                 "formats": f"results/inputs/{wc.dist}/{wc.shape}/formats",
+                 "manifest": f"results/inputs/{wc.dist}/{wc.shape}/manifest.json",
+                 "code": variant_code(variant, "run")}
+        if RUN_ARCH is not None and is_tilelang(variant):
+            files["compiled"] = [f"results/{wc.platform}/compile/{RUN_ARCH}/{variant}/{t}.json"
+                                 for t in tiles_for(variant, RUN_ARCH)]
+        return files
+    return inputs
+
+
+for _variant in RUN_VARIANTS:
+
+    rule:
+        name:
+            f"run_{_variant}"
+        input:
+            unpack(_run_inputs(_variant)),
+        output:
+            f"results/{{platform}}/{_variant}/{{dist}}/{{shape}}.json",
+        params:
+            variant=_variant,
+            arch=RUN_ARCH,
+            tiles=tiles_for(_variant, RUN_ARCH) if RUN_ARCH else [],
+            tolerance=config["variants"][_variant]["tolerance"],
+            timing=config["timing"],
+        resources:
+            gpu=0 if RUN_ARCH is None else 1,
+        log:
+            f"results/logs/{{platform}}/{_variant}/{{dist}}/{{shape}}.log",
+        script:
+            "../scripts/run_variant.py"
+
+
+rule measure_ceilings:
+    output:
+        "results/{platform}/ceilings.json",
+    params:
+        arch=RUN_ARCH,
+        reps=config["timing"]["reps"],
+    resources:
+        gpu=1,
+    log:
+        "results/logs/{platform}/ceilings.log",
+    script:
+        "../scripts/measure_ceilings.py"

@@ -1,0 +1,31 @@
+"""Shared start of every workflow script: import path and log redirection."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def setup(snakemake) -> Path:
+    """Put the repo on sys.path, send stdout/stderr (including C++ logs) to the rule's log; return repo root."""
+    repo = Path(snakemake.scriptdir).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    if snakemake.log:
+        log = Path(str(snakemake.log[0]))
+        log.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    return repo
+
+
+def write_json(path, obj) -> None:
+    """Write atomically, so an interrupted job never leaves a half-written result behind."""
+    path = Path(str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    tmp.replace(path)
