@@ -1,6 +1,7 @@
 """What hardware is present, and the environment tags every result row carries."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -73,6 +74,9 @@ def _version(pkg: str) -> str:
 
 
 def git_commit(repo: Path | None = None) -> str:
+    """HEAD (with -dirty), or LPGEMM_GIT_COMMIT where the tree was copied without its history."""
+    if os.environ.get("LPGEMM_GIT_COMMIT"):
+        return os.environ["LPGEMM_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                              cwd=repo, timeout=10)

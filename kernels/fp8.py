@@ -90,6 +90,13 @@ def _launch_tilelang(kernel, ops: Operands) -> torch.Tensor:
     return kernel(ops["A"], ops["B"], ops["scale_a"] * ops["scale_b"])
 
 
+def _scaled_mm_shape_limit(M: int, N: int, K: int) -> str | None:
+    # cuBLASLt fp8 GEMMs need 16-element aligned leading dimensions; torch checks N and K
+    if N % 16 or K % 16:
+        return f"cuBLASLt fp8 needs N and K divisible by 16 (N={N}, K={K})"
+    return None
+
+
 def _launch_scaled_mm(kernel, ops: Operands, fast_accum: bool) -> torch.Tensor:
     # B (N,K) row-major transposed is the column-major (K,N) operand cuBLASLt wants.
     return torch._scaled_mm(
@@ -136,6 +143,7 @@ register_variant(
         emulate=emulate_fp8_gemm,
         launch=partial(_launch_scaled_mm, fast_accum=False),
         min_cc=89,
+        shape_limit=_scaled_mm_shape_limit,
         ceiling="fp8_matmul",
         description="torch._scaled_mm (cuBLASLt) e4m3, tensorwise scales, bf16 out, default accumulation",
     )
@@ -148,6 +156,7 @@ register_variant(
         emulate=emulate_fp8_gemm,
         launch=partial(_launch_scaled_mm, fast_accum=True),
         min_cc=89,
+        shape_limit=_scaled_mm_shape_limit,
         ceiling="fp8_matmul",
         description="torch._scaled_mm (cuBLASLt) e4m3 with use_fast_accum=True: accumulates like wgmma, no promotion",
     )

@@ -16,7 +16,7 @@ import torch
 
 Operands = dict[str, torch.Tensor]
 
-FAMILY_MODULES = ("kernels.baselines", "kernels.fp8")
+FAMILY_MODULES = ("kernels.baselines", "kernels.fp8", "kernels.int4", "kernels.blockscaled")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class Variant:
     baseline: str | None = None
     # minimum arch (compute capability) for a library baseline to run, e.g. 89 for fp8
     min_cc: int = 0
+    # (M, N, K) -> why this shape cannot run (e.g. a library's alignment rule), or None
+    shape_limit: Callable[[int, int, int], str | None] | None = None
     description: str = ""
 
 

@@ -78,11 +78,12 @@ def run_gpu(
     rows = []
     cc = torch.cuda.get_device_capability()
     candidates: list[tuple[str, Callable[[], object] | None, str]] = []
+    limit = variant.shape_limit(M, N, K) if variant.shape_limit else None
     if variant.kernel is None:
         ok = cc[0] * 10 + cc[1] >= variant.min_cc
-        candidates.append((LIBRARY, None, "" if ok else f"needs compute capability >= {variant.min_cc / 10:.1f}"))
+        candidates.append((LIBRARY, None, limit or ("" if ok else f"needs compute capability >= {variant.min_cc / 10:.1f}")))
     else:
-        candidates += [(t.name, t, "") for t in tiles]
+        candidates += [(t.name, t, limit or "") for t in tiles]
     for tile_name, tile, skip in candidates:
         row: dict = {"tile": tile_name}
         if skip:

@@ -11,6 +11,8 @@ rule collect:
         csv="results/{platform}/tidy.csv",
         parquet="results/{platform}/tidy.parquet",
         compile_matrix="results/{platform}/compile_matrix.csv",
+    conda:
+        "../../envs/report.yaml"
     log:
         "results/logs/{platform}/collect.log",
     script:

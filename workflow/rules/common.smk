@@ -1,5 +1,4 @@
 # Helpers shared by every stage: config validation, platform detection, output enumeration.
-import os
 import sys
 from pathlib import Path
 
@@ -64,8 +63,6 @@ if RUN_ARCH is not None and RUN_ARCH not in TARGETS:
     raise WorkflowError(f"this host's GPU is {RUN_ARCH}, which is not in config targets {TARGETS}")
 RUN_VARIANTS = list(config["variants"])
 DISTS = config["distributions"]
-# a project-local cache, inherited by every job: warm reruns load kernels instead of compiling them
-os.environ["TILELANG_CACHE_DIR"] = str(REPO / config["tilelang_cache"])
 
 wildcard_constraints:
     platform="[a-z0-9]+",
@@ -129,3 +126,16 @@ def format_code(shape):
 
 def run_outputs():
     return [f"results/{PLATFORM}/{v}/{d}/{s}.json" for v in RUN_VARIANTS for d in DISTS for s in variant_shapes(v)]
+
+
+def run_inputs(variant):
+    def inputs(wc):
+        files = {"fp32": f"results/inputs/{wc.dist}/{wc.shape}/fp32.pt",
+                 "formats": f"results/inputs/{wc.dist}/{wc.shape}/formats",
+                 "manifest": f"results/inputs/{wc.dist}/{wc.shape}/manifest.json",
+                 "code": variant_code(variant, "run")}
+        if RUN_ARCH is not None and is_tilelang(variant):
+            files["compiled"] = [f"results/{wc.platform}/compile/{RUN_ARCH}/{variant}/{t}.json"
+                                 for t in tiles_for(variant, RUN_ARCH)]
+        return files
+    return inputs

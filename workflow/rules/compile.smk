@@ -10,6 +10,8 @@ rule compile_kernel:
         artifacts=directory("results/{platform}/compile/{target}/{variant}/{tile}"),
     params:
         shapes=lambda wc: variant_shapes(wc.variant),
+    conda:
+        "../../envs/gpu.yaml"
     log:
         "results/logs/{platform}/compile/{target}/{variant}/{tile}.log",
     script:

@@ -12,6 +12,8 @@ rule build_inputs:
     params:
         seed=config["seed"],
         formats=lambda wc: input_formats(wc.shape),
+    conda:
+        "../../envs/gpu.yaml"
     log:
         "results/logs/inputs/{dist}/{shape}.log",
     script:

@@ -11,6 +11,8 @@ rule report:
         figures=directory("results/{platform}/figures"),
     params:
         platform=PLATFORM,
+    conda:
+        "../../envs/report.yaml"
     log:
         "results/logs/{platform}/report.log",
     script:

@@ -3,26 +3,13 @@
 # host: the variant's arithmetic emulated in torch, error metrics only.
 
 
-def _run_inputs(variant):
-    def inputs(wc):
-        files = {"fp32": f"results/inputs/{wc.dist}/{wc.shape}/fp32.pt",
-                 "formats": f"results/inputs/{wc.dist}/{wc.shape}/formats",
-                 "manifest": f"results/inputs/{wc.dist}/{wc.shape}/manifest.json",
-                 "code": variant_code(variant, "run")}
-        if RUN_ARCH is not None and is_tilelang(variant):
-            files["compiled"] = [f"results/{wc.platform}/compile/{RUN_ARCH}/{variant}/{t}.json"
-                                 for t in tiles_for(variant, RUN_ARCH)]
-        return files
-    return inputs
-
-
 for _variant in RUN_VARIANTS:
 
     rule:
         name:
             f"run_{_variant}"
         input:
-            unpack(_run_inputs(_variant)),
+            unpack(run_inputs(_variant)),
         output:
             f"results/{{platform}}/{_variant}/{{dist}}/{{shape}}.json",
         params:
@@ -33,6 +20,8 @@ for _variant in RUN_VARIANTS:
             timing=config["timing"],
         resources:
             gpu=0 if RUN_ARCH is None else 1,
+        conda:
+            "../../envs/gpu.yaml"
         log:
             f"results/logs/{{platform}}/{_variant}/{{dist}}/{{shape}}.log",
         script:
@@ -47,6 +36,8 @@ rule measure_ceilings:
         reps=config["timing"]["reps"],
     resources:
         gpu=1,
+    conda:
+        "../../envs/gpu.yaml"
     log:
         "results/logs/{platform}/ceilings.log",
     script:

@@ -20,7 +20,8 @@ from kernels.registry import VARIANTS, load_all  # noqa: E402
 
 load_all()
 df = pd.read_parquet(snakemake.input.tidy)
-cm = pd.read_csv(snakemake.input.compile_matrix, keep_default_na=False, na_values=[""])
+cm = pd.read_csv(snakemake.input.compile_matrix)
+cm["reason"] = cm["reason"].fillna("")
 platform = snakemake.params.platform
 on_gpu = platform != "cpu"
 fig_dir = Path(snakemake.output.figures)

@@ -11,6 +11,8 @@ def setup(snakemake) -> Path:
     """Put the repo on sys.path, send stdout/stderr (including C++ logs) to the rule's log; return repo root."""
     repo = Path(snakemake.scriptdir).resolve().parents[1]
     sys.path.insert(0, str(repo))
+    # a project-local kernel cache (read by TileLang at import): warm reruns load instead of compiling
+    os.environ["TILELANG_CACHE_DIR"] = str(repo / snakemake.config.get("tilelang_cache", ".cache/tilelang"))
     if snakemake.log:
         log = Path(str(snakemake.log[0]))
         log.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,639 @@
+"""Block-scaled fp8 GEMM family: C = Σ_b (A_b · B_bᵀ) ⊙ (SFA_b · SFB_b), A (M,K), B (N,K), bf16 out.
+
+Each operand carries one scale per block of K (and, for the DeepSeek B, per 128 rows), so a GEMM
+cannot apply the scales once in the epilogue: every K block's partial sum needs its own.
+
+Input formats (all e4m3 values, quantized deterministically from the fp32 inputs):
+- ``deepseek_1x128_128x128``: A one fp32 scale per row per 128 K, SFA (M, ⌈K/128⌉); B one fp32 scale
+  per 128x128 block, SFB (⌈N/128⌉, ⌈K/128⌉); scale = amax/448 of the block.
+- ``mxfp8_e4m3_b32`` (OCP MX v1.0): blocks of 32 along K for both operands, power-of-two E8M0 scales
+  stored as uint8 codes (bias 127); shared exponent = ⌊log2 amax⌋ − 8 as the spec prescribes, so a
+  block's largest values can exceed 448 after scaling and are clamped.
+- ``generic_g128``: the seed's form, SFA (M, K/128) and SFB (N, K/128) fp32, one scale per row per
+  128 K for both operands.
+torch's fp8 casts do not saturate, so every quantizer clamps to ±448 before the cast.
+
+Variants:
+- ``blockscaled_sm90`` (DeepSeek recipe) and ``blockscaled_g128`` (generic recipe): Hopper has no
+  block-scaled MMA, so per 128-wide K block ``wgmma`` accumulates into a fresh fp32 partial sum that
+  is multiplied by SFA·SFB and added to a second fp32 accumulator ("promotion", as in DeepGEMM).
+- ``blockscaled_sm100`` (MXFP8): the seed's ``T.gemm_blockscaled``; TileLang 0.1.15 lowers it only
+  for sm_100 (``tcgen05.mma ... kind::mxf8f6f4.block_scale``, scales in tensor memory) and sm_120.
+- ``cublas_blockwise_fp8``: ``torch._scaled_mm`` with 1x128 / 128x128 fp32 scales (DeepSeek recipe).
+
+Every kernel requires K to be a multiple of 128 (one promotion, or one packed word of four E8M0
+codes, per 128 K); the quantizers and emulations accept any K.
+TileLang evaluates a prim_func's annotations with the factory's closure variables, so this module
+must not use ``from __future__ import annotations``.
+"""
+from functools import partial
+
+import torch
+
+from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.tiles import Tile
+
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = 448.0
+E4M3_EMAX = 8  # exponent of the largest e4m3 normal (448 = 1.75 * 2^8), the OCP MX "emax_elem"
+E8M0_BIAS = 127
+E8M0_NAN = 255
+PROMOTION_K = 128  # K per fp32 promotion on sm_90a; also the DeepSeek and generic scale block
+MX_BLOCK_K = 32
+MX_CODES_PER_WORD = 4  # E8M0 codes packed per 32-bit word, byte j = K block 4w + j
+UTCCP_ROWS = 128  # rows of scale words one tcgen05.cp 32x128b.warpx4 copy moves
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+def _require_finite(x: torch.Tensor, who: str) -> None:
+    if not x.is_floating_point():
+        raise TypeError(f"{who} expects a floating-point tensor, got {x.dtype}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{who}: input contains NaN or Inf")
+
+
+def _block_view(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """x (R, C) zero-padded to whole blocks, viewed as (R/rows, rows, C/cols, cols)."""
+    R, C = x.shape
+    Rp, Cp = _round_up(R, rows), _round_up(C, cols)
+    xp = x.float()
+    if (Rp, Cp) != (R, C):
+        xp = torch.zeros(Rp, Cp, dtype=torch.float32, device=x.device)
+        xp[:R, :C] = x
+    return xp.reshape(Rp // rows, rows, Cp // cols, cols)
+
+
+def _expand(scales: torch.Tensor, rows: int, cols: int, R: int, C: int) -> torch.Tensor:
+    """Per-block scales (R/rows, C/cols) repeated to one per element of the (R, C) operand."""
+    return scales.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)[:R, :C]
+
+
+def quantize_e4m3_blocks(x: torch.Tensor, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 with one fp32 scale (amax/448) per ``rows`` x ``cols`` block.
+
+    Returns (q (R, C) e4m3, scales (⌈R/rows⌉, ⌈C/cols⌉) fp32) with q·scale ≈ x. An all-zero block gets
+    scale 1 (any scale quantizes it to zeros; 1 keeps the scale finite).
+    """
+    _require_finite(x, "quantize_e4m3_blocks")
+    R, C = x.shape
+    blocks = _block_view(x.float(), rows, cols)
+    amax = blocks.abs().amax(dim=(1, 3))
+    scales = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    q = (blocks / scales[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return q.reshape(blocks.shape[0] * rows, -1)[:R, :C].contiguous(), scales.contiguous()
+
+
+# ---- E8M0 (OCP MX shared exponent) ---------------------------------------------------------------
+
+def e8m0_encode(exponent: torch.Tensor) -> torch.Tensor:
+    """Integer exponents in [-127, 127] -> uint8 E8M0 codes (bias 127; 255 is NaN and never produced)."""
+    if bool(((exponent < -E8M0_BIAS) | (exponent > E8M0_BIAS)).any()):
+        raise ValueError("E8M0 exponents must lie in [-127, 127]")
+    return (exponent.to(torch.int32) + E8M0_BIAS).to(torch.uint8)
+
+
+def e8m0_decode(codes: torch.Tensor) -> torch.Tensor:
+    """uint8 E8M0 codes -> float32 2^(code-127); code 255 -> NaN. 2^-127 is an exact fp32 subnormal."""
+    if codes.dtype != torch.uint8:
+        raise TypeError(f"E8M0 codes must be uint8, got {codes.dtype}")
+    c = codes.to(torch.int32)
+    value = torch.ldexp(torch.ones(c.shape, dtype=torch.float64, device=c.device), c - E8M0_BIAS)
+    return torch.where(c == E8M0_NAN, torch.nan, value).to(torch.float32)
+
+
+def mx_shared_exponent(amax: torch.Tensor) -> torch.Tensor:
+    """OCP MX v1.0 scale choice: ⌊log2 amax⌋ − emax_elem (8 for e4m3), clamped to E8M0's range.
+
+    ⌊log2⌋ comes from frexp (amax = m·2^e, m in [0.5, 1)), exact where a float log2 could round up
+    just below a power of two. An all-zero block gets exponent 0 (scale 1).
+    """
+    _, e = torch.frexp(amax.float())
+    exponent = (e.to(torch.int32) - 1) - E4M3_EMAX
+    exponent = torch.where(amax > 0, exponent, torch.zeros_like(exponent))
+    return exponent.clamp(-E8M0_BIAS, E8M0_BIAS)
+
+
+def quantize_mxfp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """MXFP8 e4m3 along rows: (q (R, C) e4m3, codes (R, ⌈C/32⌉) uint8 E8M0)."""
+    _require_finite(x, "quantize_mxfp8")
+    R, C = x.shape
+    blocks = _block_view(x.float(), 1, MX_BLOCK_K)
+    codes = e8m0_encode(mx_shared_exponent(blocks.abs().amax(dim=(1, 3))))
+    scales = e8m0_decode(codes)  # powers of two: the division below is exact
+    q = (blocks / scales[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return q.reshape(R, -1)[:, :C].contiguous(), codes.contiguous()
+
+
+def pack_e8m0_words(codes: torch.Tensor) -> torch.Tensor:
+    """(R, nblk) uint8 codes -> (R, ⌈nblk/4⌉) int32 words, code of K block 4w+j in byte j (little end).
+
+    Missing trailing blocks are padded with code 127 (scale 1). int32 holds the bit pattern: torch has
+    little uint32 support, and TileLang only moves the words.
+    """
+    R, nblk = codes.shape
+    padded = torch.full((R, _round_up(nblk, MX_CODES_PER_WORD)), E8M0_BIAS, dtype=torch.uint8, device=codes.device)
+    padded[:, :nblk] = codes
+    b = padded.to(torch.int64).view(R, -1, MX_CODES_PER_WORD)
+    words = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def utccp_scale_layout(words: torch.Tensor) -> torch.Tensor:
+    """(R, W) scale words -> (W, R128) int32: K-word major, each 128-row chunk in tcgen05.cp order.
+
+    ``tcgen05.cp ... 32x128b.warpx4`` gives TMEM lane l the four words at chunk positions 4l..4l+3
+    (replicated to all four lane quarters), and the MMA reads row 32q+l from column q; so position
+    4l+q of a chunk must hold row 32q+l. Doing that transpose here, once per operand, lets the kernel
+    copy each chunk straight from global memory (what ``T.tcgen05_sf_warp_transpose`` would do in
+    shared memory). Rows are padded to a multiple of 128 with scale-1 words.
+    """
+    R, W = words.shape
+    R128 = _round_up(R, UTCCP_ROWS)
+    one = int.from_bytes(bytes([E8M0_BIAS] * 4), "little")
+    padded = torch.full((R128, W), one, dtype=torch.int32, device=words.device)
+    padded[:R] = words
+    chunks = padded.T.reshape(W, R128 // UTCCP_ROWS, 4, 32)  # [w, chunk, q, l] = row chunk*128 + 32q + l
+    return chunks.transpose(-1, -2).reshape(W, R128).contiguous()
+
+
+# ---- formats -------------------------------------------------------------------------------------
+
+def _m_major_padded(scales: torch.Tensor) -> torch.Tensor:
+    """(R, nkb) -> (nkb, R4) fp32 with R4 = R rounded up to 4, zero padded.
+
+    The kernels load a tile's row scales per K block with TMA, which needs a contiguous run per K
+    block and a 16-byte row pitch; cuBLAS wants the same "outer-dim-major" layout for 1x128 scales.
+    """
+    R, nkb = scales.shape
+    out = torch.zeros(nkb, _round_up(R, 4), dtype=torch.float32, device=scales.device)
+    out[:, :R] = scales.T
+    return out
+
+
+def quantize_deepseek(A: torch.Tensor, B: torch.Tensor) -> Operands:
+    a, sfa = quantize_e4m3_blocks(A, 1, PROMOTION_K)
+    b, sfb = quantize_e4m3_blocks(B, PROMOTION_K, PROMOTION_K)
+    return {"A": a, "B": b, "SFA": sfa, "SFB": sfb, "SFA_t": _m_major_padded(sfa)}
+
+
+def dequantize_deepseek(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
+    (M, K), N = ops["A"].shape, ops["B"].shape[0]
+    sa = _expand(ops["SFA"].double(), 1, PROMOTION_K, M, K)
+    sb = _expand(ops["SFB"].double(), PROMOTION_K, PROMOTION_K, N, K)
+    return ops["A"].double() * sa, ops["B"].double() * sb
+
+
+def quantize_mx(A: torch.Tensor, B: torch.Tensor) -> Operands:
+    a, sfa = quantize_mxfp8(A)
+    b, sfb = quantize_mxfp8(B)
+    return {
+        "A": a,
+        "B": b,
+        "SFA": sfa,
+        "SFB": sfb,
+        "SFA_words": utccp_scale_layout(pack_e8m0_words(sfa)),
+        "SFB_words": utccp_scale_layout(pack_e8m0_words(sfb)),
+    }
+
+
+def dequantize_mx(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
+    (M, K), N = ops["A"].shape, ops["B"].shape[0]
+    sa = _expand(e8m0_decode(ops["SFA"]).double(), 1, MX_BLOCK_K, M, K)
+    sb = _expand(e8m0_decode(ops["SFB"]).double(), 1, MX_BLOCK_K, N, K)
+    return ops["A"].double() * sa, ops["B"].double() * sb
+
+
+def quantize_generic(A: torch.Tensor, B: torch.Tensor, g: int) -> Operands:
+    a, sfa = quantize_e4m3_blocks(A, 1, g)
+    b, sfb = quantize_e4m3_blocks(B, 1, g)
+    return {"A": a, "B": b, "SFA": sfa, "SFB": sfb, "SFA_t": _m_major_padded(sfa), "SFB_t": _m_major_padded(sfb)}
+
+
+def dequantize_generic(ops: Operands, g: int) -> tuple[torch.Tensor, torch.Tensor]:
+    (M, K), N = ops["A"].shape, ops["B"].shape[0]
+    sa = _expand(ops["SFA"].double(), 1, g, M, K)
+    sb = _expand(ops["SFB"].double(), 1, g, N, K)
+    return ops["A"].double() * sa, ops["B"].double() * sb
+
+
+# ---- CPU emulation -------------------------------------------------------------------------------
+
+def emulate_promoted(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, block: int) -> torch.Tensor:
+    """Per K block: exact fp8 products summed in fp32, times sa·sb, fused-multiply-added to an fp32
+    accumulator; bf16 at the end.
+
+    sa (M, nblk) and sb (N, nblk) are fp32 scales per row of A and of B. The scale product is formed
+    in fp32 first, as the kernel does; float64 makes acc + part·s one rounding, like the FFMA.
+    """
+    M, K = a.shape
+    N = b.shape[0]
+    acc = torch.zeros(M, N, dtype=torch.float32, device=a.device)
+    for blk in range(_ceil_div(K, block)):
+        ks = slice(blk * block, min((blk + 1) * block, K))
+        part = a[:, ks].float() @ b[:, ks].float().T
+        s = sa[:, blk : blk + 1].float() * sb[:, blk][None, :].float()
+        acc = (acc.double() + part.double() * s.double()).float()
+    return acc.to(torch.bfloat16)
+
+
+def emulate_deepseek(ops: Operands) -> torch.Tensor:
+    """blockscaled_sm90 and cuBLAS blockwise: promotion every 128 K, B's scale per 128-row block."""
+    N = ops["B"].shape[0]
+    sb_rows = ops["SFB"].repeat_interleave(PROMOTION_K, dim=0)[:N]
+    return emulate_promoted(ops["A"], ops["B"], ops["SFA"], sb_rows, PROMOTION_K)
+
+
+def emulate_generic(ops: Operands, g: int) -> torch.Tensor:
+    return emulate_promoted(ops["A"], ops["B"], ops["SFA"], ops["SFB"], g)
+
+
+def emulate_mx(ops: Operands) -> torch.Tensor:
+    """blockscaled_sm100: the block-scaled MMA applies E8M0 scales per 32-K block inside fp32 accumulation."""
+    return emulate_promoted(ops["A"], ops["B"], e8m0_decode(ops["SFA"]), e8m0_decode(ops["SFB"]), MX_BLOCK_K)
+
+
+# ---- TileLang kernels ----------------------------------------------------------------------------
+
+def _require_k(K: int, who: str) -> None:
+    if K % PROMOTION_K:
+        raise ValueError(
+            f"{who}: K={K} must be a multiple of {PROMOTION_K} (one fp32 promotion / one packed scale word per 128 K)"
+        )
+
+
+def kernel_shape_limit(M: int, N: int, K: int) -> str | None:
+    if K % PROMOTION_K:
+        return f"the block-scaled kernels need K divisible by {PROMOTION_K} (K={K})"
+    return None
+
+
+def cublas_blockwise_shape_limit(M: int, N: int, K: int) -> str | None:
+    # cuBLASLt fp8 GEMMs need 16-element aligned leading dimensions; torch checks N and K
+    if N % 16 or K % 16:
+        return f"cuBLASLt fp8 needs N and K divisible by 16 (N={N}, K={K})"
+    return None
+
+
+def _check_sm90_tile(K: int, tile: Tile) -> None:
+    _require_k(K, "blockscaled_sm90")
+    if tile.block_K != PROMOTION_K:
+        raise ValueError(
+            f"blockscaled_sm90: block_K must be {PROMOTION_K} (the promotion interval), got {tile.block_K}"
+        )
+    if tile.block_M % 64:
+        raise ValueError(f"blockscaled_sm90: block_M must be a multiple of 64 (wgmma M), got {tile.block_M}")
+    if tile.block_N not in (64, 128, 256):
+        raise ValueError(
+            f"blockscaled_sm90: block_N must be 64, 128 or 256 so each wgmma tile sees one B scale block, "
+            f"got {tile.block_N}"
+        )
+
+
+def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, b_scale: str = "block"):
+    """Hopper block-scaled fp8 GEMM with fp32 promotion every 128 K.
+
+    Per K block: TMA brings A, B and the tile's A row scales (from the M-major ``SFA_t``) into a
+    ``num_stages`` pipeline; ``T.gemm`` (wgmma, clear_accum: a fresh partial sum) computes the block's
+    product and ``C_acc += C_part * SFA * SFB`` promotes it. TileLang warp-specializes the loop (a TMA
+    producer warpgroup, ``threads`` consumer threads).
+
+    ``b_scale="block"`` (DeepSeek): one B scale per 128x128 block, read as scalars before the wgmma
+    so the load latency hides behind it. ``b_scale="row"`` (generic g=128): one B scale per row,
+    TMA-loaded per K block from the N-major ``SFB_t``.
+
+    With block_N 256 the tile is computed as two 128-wide halves that reuse one partial-sum fragment
+    (each half keeps its own accumulator): a 128x256 fp32 partial plus a 128x256 accumulator would
+    not fit in two consumer warpgroups' registers and would spill.
+    Use the FullRow policy (``_wrow``): each consumer warpgroup then issues m64n128 wgmma; Square splits
+    a 128x128 tile along N into m64n64 ones.
+    """
+    import tilelang.language as T
+
+    _check_sm90_tile(K, tile)
+    if b_scale not in ("block", "row"):
+        raise ValueError(f"b_scale must be 'block' or 'row', got {b_scale!r}")
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    sub_N = min(bN, 128)  # wgmma N of one partial sum
+    n_sub = bN // sub_N
+    parts = list(range(n_sub))  # a Python list: TileLang unrolls a for over it at trace time (range -> T.serial)
+    kb = K // PROMOTION_K
+    nb = _ceil_div(N, PROMOTION_K)
+    M4, N4 = _round_up(M, 4), _round_up(N, 4)
+    policy = getattr(T.GemmWarpPolicy, tile.policy)
+    fp8, f32 = "float8_e4m3fn", "float32"
+    sfb_shape = (nb, kb) if b_scale == "block" else (kb, N4)
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), fp8),
+        B: T.Tensor((N, K), fp8),
+        SFA_t: T.Tensor((kb, M4), f32),  # A scales, M-major
+        SFB: T.Tensor(sfb_shape, f32),  # block: (⌈N/128⌉, K/128); row: SFB_t (K/128, N4), N-major
+        C: T.Tensor((M, N), "bfloat16"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), fp8)
+            B_s = [T.alloc_shared((sub_N, bK), fp8) for _ in range(n_sub)]
+            SFA_s = T.alloc_shared((bM,), f32)
+            SFB_s = T.alloc_shared((bN,), f32) if b_scale == "row" else None
+            sfb = T.alloc_local((n_sub,), f32) if b_scale == "block" else None
+            C_part = T.alloc_fragment((bM, sub_N), f32)
+            C_acc = [T.alloc_fragment((bM, sub_N), f32) for _ in range(n_sub)]
+            C_s = T.alloc_shared((bM, bN), "bfloat16")
+            if tile.swizzle:
+                T.use_swizzle(tile.swizzle)
+            for h in parts:
+                T.clear(C_acc[h])
+            for k in T.Pipelined(kb, num_stages=tile.num_stages):
+                T.copy(A[by * bM, k * bK], A_s)
+                for h in parts:
+                    T.copy(B[bx * bN + h * sub_N, k * bK], B_s[h])
+                T.copy(SFA_t[k, by * bM], SFA_s)
+                if b_scale == "row":
+                    T.copy(SFB[k, bx * bN], SFB_s)
+                else:
+                    # the 128-row B block of each part; a part past N clamps to the last block (its
+                    # columns are never stored)
+                    for h in parts:
+                        sfb[h] = SFB[T.min((bx * bN + h * sub_N) // PROMOTION_K, nb - 1), k]
+                for h in parts:
+                    T.gemm(A_s, B_s[h], C_part, transpose_B=True, clear_accum=True, policy=policy)
+                    if b_scale == "row":
+                        for i, j in T.Parallel(bM, sub_N):
+                            C_acc[h][i, j] += C_part[i, j] * (SFA_s[i] * SFB_s[h * sub_N + j])
+                    else:
+                        for i, j in T.Parallel(bM, sub_N):
+                            C_acc[h][i, j] += C_part[i, j] * (SFA_s[i] * sfb[h])
+            for h in parts:
+                T.copy(C_acc[h], C_s[:, h * sub_N : (h + 1) * sub_N])
+            T.copy(C_s, C[by * bM, bx * bN])
+
+    return main
+
+
+def _check_sm100_tile(K: int, tile: Tile) -> None:
+    _require_k(K, "blockscaled_sm100")
+    problems = []
+    if tile.block_M != 128:
+        problems.append(f"block_M must be 128 (tensor memory has 128 lanes), got {tile.block_M}")
+    if tile.block_N not in (128, 256):
+        problems.append(f"block_N must be 128 or 256 (whole 128-row scale chunks), got {tile.block_N}")
+    if tile.block_K != PROMOTION_K:
+        problems.append(f"block_K must be {PROMOTION_K} (one packed scale word per row), got {tile.block_K}")
+    if tile.threads != 128:
+        problems.append(f"threads must be 128 (one warpgroup reads the 128 TMEM lanes), got {tile.threads}")
+    if tile.num_stages != 1:
+        problems.append(f"num_stages must be 1: this kernel is not pipelined, got {tile.num_stages}")
+    if problems:
+        raise ValueError("blockscaled_sm100: " + "; ".join(problems))
+
+
+def blockscaled_sm100_kernel(M: int, N: int, K: int, tile: Tile):
+    """Blackwell MXFP8 GEMM through the seed's ``T.gemm_blockscaled`` (sm_100a only).
+
+    What TileLang 0.1.15 accepts on sm_100a: A and B e4m3 in shared memory, C in tensor memory,
+    SFA/SFB E8M0 codes already in tensor memory, four codes per 32-bit word (byte j = K block 4w+j),
+    ``sf_*_granularity_k=32`` (scale_vec 1X: one code per 32 K per row), ``k_start`` the tile's
+    K offset (it selects the byte), and an ``mbar`` the MMA completes on (waited implicitly). Scale
+    words reach tensor memory with ``tcgen05.cp 32x128b.warpx4`` in 128-row chunks; the host stores
+    them already in that chunk order (``utccp_scale_layout``), one word per row per K block.
+
+    The loop is deliberately serial (``num_stages`` 1): TileLang's automatic pipelining does not see
+    that the asynchronous ``tcgen05.cp`` still reads a stage's shared scale buffer and would overwrite
+    it early. Here each step's MMA, which the same thread issues after the copies, has completed
+    (mbarrier wait) before the next step refills shared memory and tensor memory. A fast version
+    needs explicit warp roles (a TMA warp, an MMA warp) and per-stage mbarriers.
+    """
+    import tilelang.language as T
+
+    _check_sm100_tile(K, tile)
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    kw = K // PROMOTION_K
+    M128, N128 = _round_up(M, UTCCP_ROWS), _round_up(N, UTCCP_ROWS)
+    fp8 = "float8_e4m3fn"
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), fp8),
+        B: T.Tensor((N, K), fp8),
+        SFA_words: T.Tensor((kw, M128), "int32"),
+        SFB_words: T.Tensor((kw, N128), "int32"),
+        C: T.Tensor((M, N), "bfloat16"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), fp8)
+            B_s = T.alloc_shared((bN, bK), fp8)
+            SFA_s = T.alloc_shared((bM,), "int32")
+            SFB_s = T.alloc_shared((bN,), "int32")
+            C_tmem = T.alloc_tmem([bM, bN], "float32")
+            SFA_tmem = T.alloc_tmem([bM, bM // UTCCP_ROWS * 4], "uint32")  # 4 columns per 128 rows
+            SFB_tmem = T.alloc_tmem([bM, bN // UTCCP_ROWS * 4], "uint32")
+            mma_done = T.alloc_barrier(1)
+            C_local = T.alloc_fragment((bM, bN), "float32")
+            C_s = T.alloc_shared((bM, bN), "bfloat16")
+            tx = T.get_thread_binding()
+            for k in T.serial(kw):
+                T.copy(A[by * bM, k * bK], A_s)
+                T.copy(B[bx * bN, k * bK], B_s)
+                T.copy(SFA_words[k, by * bM], SFA_s)
+                T.copy(SFB_words[k, bx * bN], SFB_s)
+                # generic-proxy stores -> async-proxy readers (tcgen05.cp, the MMA's smem descriptors)
+                T.fence_proxy_async()
+                T.sync_threads()
+                if tx < 32:  # warp 0 issues the copies and (below) the MMA, so both are ordered
+                    T.tcgen05_cp_warpx4(SFA_s, SFA_tmem)
+                    T.tcgen05_cp_warpx4(SFB_s, SFB_tmem)
+                T.gemm_blockscaled(
+                    A_s,
+                    B_s,
+                    C_tmem,
+                    SFA_tmem,
+                    SFB_tmem,
+                    transpose_B=True,
+                    clear_accum=k == 0,
+                    k_start=k * bK,
+                    sf_a_granularity_k=MX_BLOCK_K,
+                    sf_b_granularity_k=MX_BLOCK_K,
+                    mbar=mma_done,
+                )
+            T.copy(C_tmem, C_local)
+            T.copy(C_local, C_s)
+            T.copy(C_s, C[by * bM, bx * bN])
+
+    return main
+
+
+# ---- launches (GPU) ------------------------------------------------------------------------------
+
+def _launch_sm90_deepseek(kernel, ops: Operands) -> torch.Tensor:
+    return kernel(ops["A"], ops["B"], ops["SFA_t"], ops["SFB"])
+
+
+def _launch_sm90_generic(kernel, ops: Operands) -> torch.Tensor:
+    return kernel(ops["A"], ops["B"], ops["SFA_t"], ops["SFB_t"])
+
+
+def _launch_sm100(kernel, ops: Operands) -> torch.Tensor:
+    return kernel(ops["A"], ops["B"], ops["SFA_words"], ops["SFB_words"])
+
+
+_SCALE_B_ROW_PITCH: dict[str, int] = {"multiple": 1}  # set to 4 once a torch build asks for a padded pitch
+
+
+def cublas_blockwise_scales(ops: Operands, pitch_multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale views in the layouts torch._scaled_mm accepts for the DeepSeek recipe.
+
+    From ScaledBlas.cpp (is_blockwise_1x128_scaling / is_blockwise_128x128_scaling): scale_a
+    (BlockWise1x128) shape (M, ⌈K/128⌉), strides (1, M) ("outer-dim major") -- a view of ``SFA_t``
+    when M % 4 == 0, else a fresh copy (an extra small kernel per call); scale_b (BlockWise128x128,
+    checked as scale_bᵀ against B (N, K)): scale_bᵀ shape (⌈N/128⌉, ⌈K/128⌉), strides (pitch, 1),
+    where pitch is ⌈K/128⌉ in most versions of that file and ⌈K/128⌉ rounded up to 4 in one
+    (``pitch_multiple=4``); both agree when K % 512 == 0.
+    """
+    M = ops["A"].shape[0]
+    sfa_t = ops["SFA_t"]
+    scale_a = sfa_t[:, :M].T
+    if scale_a.stride() != (1, M):
+        scale_a = ops["SFA"].T.contiguous().T
+    sfb = ops["SFB"]
+    nb, kb = sfb.shape
+    pitch = _round_up(kb, pitch_multiple)
+    if pitch != kb:
+        padded = torch.zeros(nb, pitch, dtype=sfb.dtype, device=sfb.device)
+        padded[:, :kb] = sfb
+        sfb = padded[:, :kb]
+    return scale_a, sfb.T
+
+
+def _launch_cublas_blockwise(kernel, ops: Operands) -> torch.Tensor:
+    def call(pitch_multiple: int) -> torch.Tensor:
+        scale_a, scale_b = cublas_blockwise_scales(ops, pitch_multiple)
+        # B (N,K) row-major transposed is the column-major (K,N) operand cuBLASLt wants; blockwise
+        # scaling forbids fast accumulation
+        return torch._scaled_mm(ops["A"], ops["B"].T, scale_a=scale_a, scale_b=scale_b,
+                                out_dtype=torch.bfloat16, use_fast_accum=False)
+
+    try:
+        return call(_SCALE_B_ROW_PITCH["multiple"])
+    except RuntimeError:
+        kb = ops["SFB"].shape[1]
+        if _SCALE_B_ROW_PITCH["multiple"] != 1 or kb % 4 == 0:
+            raise
+        out = call(4)  # this torch build wants scale_b's row pitch padded to a multiple of 4
+        _SCALE_B_ROW_PITCH["multiple"] = 4
+        return out
+
+
+# ---- registration --------------------------------------------------------------------------------
+
+_SM90_FP8_WGMMA = r"wgmma_ss<tl::DataType::kFloat8_e4m3, tl::DataType::kFloat8_e4m3"
+# off sm_90a the same kernel lowers T.gemm to fp8 mma.sync (no wgmma there; sm_100a's tcgen05 needs C in
+# tensor memory), which is what these patterns record
+_SM90_KERNEL_INSTRUCTIONS = {"sm_90a": _SM90_FP8_WGMMA, "sm_89": r"mma_sync", "sm_100a": r"mma_sync"}
+_SM100_BLOCKSCALED_MMA = r"tcgen05mma_blockscaled_ss<tl::DataType::kFloat8_e4m3"
+_NO_BLOCKSCALED_MMA = (
+    "T.gemm_blockscaled lowers only to sm_100 tcgen05 (kind::mxf8f6f4.block_scale, scales in tensor memory) "
+    "or sm_120 mma.sync; TileLang 0.1.15 on {arch}: \"Block-scaled GEMM requires either Blackwell SM100 "
+    "TCGEN5MMA (A/B in shared memory, C in tensor memory) or SM120 mma.sync ...\"; Hopper does block "
+    "scaling in software (blockscaled_sm90)"
+)
+
+register_format(
+    Format(
+        name="deepseek_1x128_128x128",
+        quantize=quantize_deepseek,
+        dequantize=dequantize_deepseek,
+        description="e4m3; A one fp32 scale per row per 128 K, B one per 128x128 block (amax/448); "
+        "SFA_t is SFA M-major, rows padded to 4, for TMA and cuBLAS",
+    )
+)
+register_format(
+    Format(
+        name="mxfp8_e4m3_b32",
+        quantize=quantize_mx,
+        dequantize=dequantize_mx,
+        description="OCP MX v1.0 MXFP8: e4m3, one E8M0 code (uint8, bias 127) per 32 K per row, shared exponent "
+        "floor(log2 amax) - 8, clamped to ±448; SF*_words: codes packed 4 per int32 in tcgen05.cp order",
+    )
+)
+register_format(
+    Format(
+        name="generic_g128",
+        quantize=partial(quantize_generic, g=PROMOTION_K),
+        dequantize=partial(dequantize_generic, g=PROMOTION_K),
+        description="the seed's form: e4m3, one fp32 scale per row per 128 K for A and B (amax/448); "
+        "SFA_t / SFB_t are the scales M- / N-major for TMA",
+    )
+)
+
+register_variant(
+    Variant(
+        name="blockscaled_sm90",
+        family="blockscaled",
+        input_format="deepseek_1x128_128x128",
+        emulate=emulate_deepseek,
+        launch=_launch_sm90_deepseek,
+        kernel=partial(blockscaled_sm90_kernel, b_scale="block"),
+        out_idx=(4,),
+        shape_limit=kernel_shape_limit,
+        instructions=_SM90_KERNEL_INSTRUCTIONS,
+        ceiling="fp8_matmul",
+        baseline="cublas_blockwise_fp8",
+        description="TileLang DeepSeek-recipe fp8 GEMM: wgmma per 128-K block into an fp32 partial, promoted "
+        "with SFA·SFB into a second fp32 accumulator, bf16 out",
+    )
+)
+register_variant(
+    Variant(
+        name="blockscaled_g128",
+        family="blockscaled",
+        input_format="generic_g128",
+        emulate=partial(emulate_generic, g=PROMOTION_K),
+        launch=_launch_sm90_generic,
+        kernel=partial(blockscaled_sm90_kernel, b_scale="row"),
+        out_idx=(4,),
+        shape_limit=kernel_shape_limit,
+        instructions=_SM90_KERNEL_INSTRUCTIONS,
+        ceiling="fp8_matmul",
+        baseline="cublas_blockwise_fp8",  # cuBLAS has no per-row B scales: the DeepSeek recipe is the nearest peer
+        description="TileLang seed-form fp8 GEMM, per-row-per-128-K scales for both operands, promoted every "
+        "128 K like blockscaled_sm90, bf16 out",
+    )
+)
+register_variant(
+    Variant(
+        name="blockscaled_sm100",
+        family="blockscaled",
+        input_format="mxfp8_e4m3_b32",
+        emulate=emulate_mx,
+        launch=_launch_sm100,
+        kernel=blockscaled_sm100_kernel,
+        out_idx=(4,),
+        shape_limit=kernel_shape_limit,
+        instructions={"sm_100a": _SM100_BLOCKSCALED_MMA},
+        unsupported={arch: _NO_BLOCKSCALED_MMA.format(arch=arch) for arch in ("sm_89", "sm_90a")},
+        ceiling="fp8_matmul",
+        description="TileLang MXFP8 GEMM through T.gemm_blockscaled (tcgen05 block_scale MMA, E8M0 scales per "
+        "32 K in tensor memory), unpipelined; runs on sm_100 GPUs only",
+    )
+)
+register_variant(
+    Variant(
+        name="cublas_blockwise_fp8",
+        family="blockscaled",
+        input_format="deepseek_1x128_128x128",
+        emulate=emulate_deepseek,
+        launch=_launch_cublas_blockwise,
+        min_cc=90,
+        shape_limit=cublas_blockwise_shape_limit,
+        ceiling="fp8_matmul",
+        description="torch._scaled_mm (cuBLASLt) e4m3 with 1x128 (A) and 128x128 (B) fp32 block scales, bf16 out",
+    )
+)

@@ -1,0 +1,561 @@
+"""int4 GEMM family: C = A_int · B_intᵀ in int32, A (M,K), B (N,K) holding int4 values in [-8, 7].
+
+Operands are quantized per tensor (symmetric, scale = amax / 7) and packed two per byte along K with
+``pack_int4`` (element 2i in the low nibble, 2i+1 in the high nibble), the seed's convention.
+Every variant returns the exact int32 product; ``to_real`` applies s_a · s_b.
+
+Variants:
+- ``int4_mma``: the seed's kernel, ``T.int4`` operands and ``T.gemm``. TileLang lowers it to the s4
+  ``mma.sync``; on Hopper that instruction exists but is emulated (no int4 tensor cores), and it
+  only builds there with warp specialization off (the TMA path has no 4-bit type).
+- ``int4_unpack_s8``: the Hopper path. The packed bytes are TMA-loaded (half the traffic of int8),
+  expanded to int8 inside the kernel and multiplied with s8 ``wgmma``: A is decoded straight into
+  the wgmma register fragment, B into a shared tile. Two K blocks per pipeline stage let the decode
+  of one block overlap the asynchronous ``wgmma`` of the other.
+- ``int4_unpack_s8_ss``: the same with both decoded operands in shared memory (simpler fallback).
+- ``int8_torch_int_mm`` / ``int8_tilelang``: int8 baselines on the same values already unpacked
+  to int8 (format ``int4_tensor_unpacked_s8``), so they time only the GEMM.
+
+Inside ``int4_unpack_s8*`` the decoded K order inside each K block differs from the logical one
+(low nibbles first, then high nibbles, see ``decoded_k_order``). A and B use the same order, so the
+dot products over K, and hence C, are unchanged.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.tiles import Tile
+
+INT4_MIN, INT4_MAX = -8, 7
+# |a·b| <= 64 per term, so |C| <= 64·K: the int32 accumulator cannot overflow for K < 2^25.
+MAX_EXACT_K = 1 << 25
+HOPPER_MAX_SMEM = 227 * 1024  # opt-in dynamic shared memory per block on sm_90
+
+
+# ---------------------------------------------------------------------------------------------
+# Packing
+# ---------------------------------------------------------------------------------------------
+
+
+def pack_int4(tensor: torch.Tensor) -> torch.Tensor:
+    """Pack logical int4 values (int8 in [-8, 7]) two per byte along the last dim.
+
+    Element 2i goes to the low nibble and 2i+1 to the high nibble of byte i; the result is int8
+    of shape (..., K/2).
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"pack_int4 expects a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype != torch.int8:
+        raise TypeError(f"pack_int4 expects logical int4 values stored as torch.int8, got {tensor.dtype}")
+    if tensor.ndim == 0:
+        raise ValueError("pack_int4 needs at least one dimension to pack along; got a 0-dim tensor")
+    if tensor.shape[-1] % 2:
+        raise ValueError(f"pack_int4 needs an even last dimension, got shape {tuple(tensor.shape)}")
+    if tensor.numel() and (int(tensor.min()) < INT4_MIN or int(tensor.max()) > INT4_MAX):
+        raise ValueError(
+            f"pack_int4 values must lie in [{INT4_MIN}, {INT4_MAX}], got range "
+            f"[{int(tensor.min())}, {int(tensor.max())}]"
+        )
+    t16 = tensor.to(torch.int16)
+    packed = (t16[..., 0::2] & 0x0F) | ((t16[..., 1::2] & 0x0F) << 4)
+    return packed.to(torch.int8).contiguous()
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of ``pack_int4``: int8 (..., K/2) -> int8 (..., K) with sign-extended nibbles."""
+    if not isinstance(packed, torch.Tensor):
+        raise TypeError(f"unpack_int4 expects a torch.Tensor, got {type(packed).__name__}")
+    if packed.dtype != torch.int8:
+        raise TypeError(f"unpack_int4 expects packed bytes stored as torch.int8, got {packed.dtype}")
+    if packed.ndim == 0:
+        raise ValueError("unpack_int4 needs at least one dimension to unpack along; got a 0-dim tensor")
+    low = ((packed & 0x0F) ^ 8) - 8  # sign-extend the low nibble
+    high = packed >> 4  # arithmetic shift sign-extends the high nibble
+    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2).contiguous()
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantization and formats
+# ---------------------------------------------------------------------------------------------
+
+
+def quantize_int4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-tensor int4: scale = amax / 7, q = clamp(round(x / scale), -8, 7).
+
+    Rounding is torch.round (to nearest, ties to even). Returns (q int8, scale float32 of shape (1,)).
+    """
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"quantize_int4 expects a floating-point tensor, got {getattr(x, 'dtype', type(x))}")
+    if x.numel() == 0:
+        raise ValueError("quantize_int4: empty tensor has no scale")
+    amax = x.abs().max().float()
+    if not torch.isfinite(amax):
+        raise ValueError("quantize_int4: input contains NaN or Inf")
+    scale = (amax / INT4_MAX) if amax > 0 else torch.tensor(1.0)
+    q = torch.round(x.float() / scale).clamp(INT4_MIN, INT4_MAX).to(torch.int8)
+    return q, scale.reshape(1).to(torch.float32)
+
+
+def _quantize_packed(A: torch.Tensor, B: torch.Tensor) -> Operands:
+    qa, sa = quantize_int4(A)
+    qb, sb = quantize_int4(B)
+    return {"A_packed": pack_int4(qa), "B_packed": pack_int4(qb), "scale_a": sa, "scale_b": sb}
+
+
+def _quantize_unpacked(A: torch.Tensor, B: torch.Tensor) -> Operands:
+    qa, sa = quantize_int4(A)
+    qb, sb = quantize_int4(B)
+    return {"A": qa, "B": qb, "scale_a": sa, "scale_b": sb}
+
+
+def int_operands(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
+    """The int8 values (A (M,K), B (N,K)) of either int4 format."""
+    if "A_packed" in ops:
+        return unpack_int4(ops["A_packed"]), unpack_int4(ops["B_packed"])
+    return ops["A"], ops["B"]
+
+
+def _dequantize(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
+    a, b = int_operands(ops)
+    return a.double() * ops["scale_a"].double(), b.double() * ops["scale_b"].double()
+
+
+register_format(
+    Format(
+        name="int4_tensor",
+        quantize=_quantize_packed,
+        dequantize=_dequantize,
+        description="int4 in [-8,7], one fp32 scale per tensor (amax/7, round to nearest, clamp), "
+        "packed two per byte along K: A_packed (M,K/2), B_packed (N,K/2) int8",
+    )
+)
+register_format(
+    Format(
+        name="int4_tensor_unpacked_s8",
+        quantize=_quantize_unpacked,
+        dequantize=_dequantize,
+        description="the int4_tensor values already unpacked to int8: A (M,K), B (N,K), same scales",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact arithmetic (CPU emulation and reference)
+# ---------------------------------------------------------------------------------------------
+
+
+def exact_int_product(ops: Operands) -> torch.Tensor:
+    """A_int · B_intᵀ as int64, exactly.
+
+    Computed with a float64 matmul: every product and partial sum is an integer of magnitude
+    <= 64·K < 2^53, so each float64 operation is exact whatever the summation order.
+    """
+    a, b = int_operands(ops)
+    if a.shape[-1] >= 1 << 46:
+        raise ValueError(f"K={a.shape[-1]} too large for an exact float64 reference")
+    return (a.double() @ b.double().T).to(torch.int64)
+
+
+def check_int32_accumulation(K: int) -> None:
+    """Raise if an int32 accumulator could overflow for this K (|C| <= 64·K)."""
+    if K >= MAX_EXACT_K:
+        raise ValueError(f"K={K}: |C| can reach 64·K >= 2^31, beyond the int32 accumulator (needs K < 2^25)")
+
+
+def emulate_int_gemm(ops: Operands) -> torch.Tensor:
+    """The kernels' arithmetic: exact integer products and sums, int32 result (exact for K < 2^25)."""
+    a, _ = int_operands(ops)
+    check_int32_accumulation(a.shape[-1])
+    return exact_int_product(ops).to(torch.int32)
+
+
+def int_to_real(out: torch.Tensor, ops: Operands) -> torch.Tensor:
+    return out.double() * (ops["scale_a"].double() * ops["scale_b"].double())
+
+
+def decoded_k_order(block_K: int) -> torch.Tensor:
+    """Logical K index held at each decoded column of one K block inside ``int4_unpack_s8*``.
+
+    Decoded column j < block_K/2 holds the low nibble of packed byte j (logical 2j); column
+    block_K/2 + j holds its high nibble (logical 2j + 1).
+    """
+    half = block_K // 2
+    j = torch.arange(block_K)
+    return torch.where(j < half, 2 * j, 2 * (j - half) + 1)
+
+
+def decode_packed_words(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """CPU mirror of the kernel's word decode: int32 words of 8 nibbles -> (low, high) int32 words.
+
+    Byte b of ``low`` is the sign-extended low nibble of byte b of the input, likewise for ``high``;
+    sign extension ORs 0xF0 into each lane whose nibble has bit 3 set ((x & 0x08) * 0x1E = 0xF0,
+    which never carries into the next byte).
+    """
+    u = words.to(torch.int64) & 0xFFFFFFFF
+
+    def sext(x: torch.Tensor) -> torch.Tensor:
+        return (x | ((x & 0x08080808) * 0x1E)) & 0xFFFFFFFF
+
+    low = sext(u & 0x0F0F0F0F)
+    high = sext((u >> 4) & 0x0F0F0F0F)
+    to_i32 = lambda v: torch.where(v >= 1 << 31, v - (1 << 32), v).to(torch.int32)  # noqa: E731
+    return to_i32(low), to_i32(high)
+
+
+# ---------------------------------------------------------------------------------------------
+# TileLang kernels
+# ---------------------------------------------------------------------------------------------
+
+
+def _policy(T, tile: Tile):
+    return getattr(T.GemmWarpPolicy, tile.policy)
+
+
+def gemm_int4_mma_kernel(M: int, N: int, K: int, tile: Tile):
+    """The seed's int4 GEMM: ``T.int4`` A (M,K), B (N,K), int32 accumulator, transpose_B=True.
+
+    TileLang binds a ``T.int4`` (rows, K) tensor to an int8 torch tensor of shape (rows, K/2)
+    holding two nibbles per byte (its host checks shape[1]·2 == K), i.e. ``pack_int4``'s output.
+    """
+    import tilelang.language as T
+
+    if K % 2:
+        raise ValueError(f"int4_mma: K={K} must be even (two int4 values per byte)")
+    if tile.block_K % 64:
+        raise ValueError(f"int4_mma: block_K={tile.block_K} must be a multiple of 64 (s4 mma is m16n8k64)")
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    policy = _policy(T, tile)
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), T.int4),
+        B: T.Tensor((N, K), T.int4),
+        C: T.Tensor((M, N), T.int32),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
+            A_shared = T.alloc_shared((bM, bK), T.int4)
+            B_shared = T.alloc_shared((bN, bK), T.int4)
+            C_local = T.alloc_fragment((bM, bN), T.int32)
+            if tile.swizzle:
+                T.use_swizzle(tile.swizzle)
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bK), num_stages=tile.num_stages):
+                T.copy(A[by * bM, ko * bK], A_shared)
+                T.copy(B[bx * bN, ko * bK], B_shared)
+                T.gemm(A_shared, B_shared, C_local, transpose_B=True, policy=policy)
+            T.copy(C_local, C[by * bM, bx * bN])
+
+    return main
+
+
+def gemm_int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_registers: bool = True):
+    """Packed int4 in global memory, decoded to int8 in the kernel, s8 ``wgmma``, int32 out (Hopper).
+
+    The packed operands are passed as int32 views, A (M, K/8) and B (N, K/8): one word = 8 nibbles.
+    Each pipeline stage TMA-loads two K blocks (2·block_K values) of packed A and B. Per K block s:
+    B is decoded into shared tile B{s} (16 packed bytes -> two 16-byte stores per thread), A into
+    register fragment A{s} (``a_in_registers``) or a shared tile; then the warpgroups wait for
+    the previous ``wgmma`` batch, sync, and issue this block's ``wgmma`` without waiting. So the
+    decode of block k+1 runs while the tensor cores work on block k, and a buffer is rewritten only
+    after the ``wgmma`` that read it has retired (the wait precedes the barrier before each issue).
+    """
+    import tilelang.language as T
+    from tilelang.layout import make_swizzled_layout
+
+    bM, bN, bK, threads = tile.block_M, tile.block_N, tile.block_K, tile.threads
+    if reason := unpack_s8_shape_limit(M, N, K):
+        raise ValueError(reason)
+    if bK % 32:
+        raise ValueError(f"int4_unpack_s8: block_K={bK} must be a multiple of 32 (s8 wgmma k32, 16-byte decode chunks)")
+    for rows in (bN,) if a_in_registers else (bN, bM):
+        if (rows * (bK // 32)) % threads:
+            raise ValueError(
+                f"int4_unpack_s8: {rows} rows x {bK // 32} chunks of 16 packed bytes per K block must divide "
+                f"evenly over {threads} threads"
+            )
+    smem = tile.num_stages * (bM + bN) * bK + 2 * bN * bK + (0 if a_in_registers else 2 * bM * bK)
+    if smem > HOPPER_MAX_SMEM:
+        raise ValueError(
+            f"int4_unpack_s8: tile {tile.name} needs {smem} bytes of shared memory "
+            f"({tile.num_stages} stages x {(bM + bN) * bK} packed + decoded tiles), over Hopper's {HOPPER_MAX_SMEM}"
+        )
+    bKw = bK // 8  # packed int32 words per row per K block
+    half = bK // 2
+    chunks = bKw // 4  # 16-byte chunks of packed words per row per K block
+    policy = _policy(T, tile)
+    low_nibbles = T.uint32(0x0F0F0F0F)
+
+    def sext_nibbles(x):
+        # four nibbles (0..15) in byte lanes -> four sign-extended int8 lanes; no cross-lane carry
+        return x | ((x & T.uint32(0x08080808)) * T.uint32(0x1E))
+
+    @T.macro
+    def decode_to_shared(P, col0, D, rows, tx, packed, decoded, decoded_bytes):
+        # One thread: 16 packed bytes (4 words) -> 16 low-nibble bytes + 16 high-nibble bytes.
+        for it in T.unroll(rows * chunks // threads):
+            r = (it * threads + tx) // chunks
+            c = (it * threads + tx) % chunks
+            for v in T.vectorized(4):
+                packed[v] = P[r, col0 + c * 4 + v]
+            for v in T.unroll(4):
+                u = T.Cast("uint32", packed[v])
+                decoded[v] = T.Cast("int32", sext_nibbles(u & low_nibbles))
+                decoded[4 + v] = T.Cast("int32", sext_nibbles((u >> T.uint32(4)) & low_nibbles))
+            for v in T.vectorized(16):
+                D[r, c * 16 + v] = decoded_bytes[v]
+            for v in T.vectorized(16):
+                D[r, half + c * 16 + v] = decoded_bytes[16 + v]
+
+    @T.macro
+    def decode_to_fragment(P, col0, F, rows):
+        # Same K order as decode_to_shared; the vectorizer packs 4 lanes into one register.
+        for i, j in T.Parallel(rows, bK):
+            word = T.Cast("uint32", P[i, col0 + (j % half) // 4])
+            nibbles = (word >> T.Cast("uint32", 4 * (j // half))) & low_nibbles
+            F[i, j] = T.Cast("int8", sext_nibbles(nibbles) >> T.Cast("uint32", 8 * (j % 4)))
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K // 8), "int32"),
+        B: T.Tensor((N, K // 8), "int32"),
+        C: T.Tensor((M, N), "int32"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+            A_packed = T.alloc_shared((bM, 2 * bKw), "int32")
+            B_packed = T.alloc_shared((bN, 2 * bKw), "int32")
+            if a_in_registers:
+                A0 = T.alloc_fragment((bM, bK), "int8")
+                A1 = T.alloc_fragment((bM, bK), "int8")
+            else:
+                A0 = T.alloc_shared((bM, bK), "int8")
+                A1 = T.alloc_shared((bM, bK), "int8")
+            B0 = T.alloc_shared((bN, bK), "int8")
+            B1 = T.alloc_shared((bN, bK), "int8")
+            C_local = T.alloc_fragment((bM, bN), "int32")
+            packed = T.alloc_local((4,), "int32")
+            decoded = T.alloc_local((8,), "int32")
+            decoded_bytes = T.view(decoded, (32,), "int8")
+            tx = T.get_thread_binding()
+            # swizzled packed tiles: the decoders' row-strided reads would otherwise hit the same banks
+            T.annotate_layout({A_packed: make_swizzled_layout(A_packed), B_packed: make_swizzled_layout(B_packed)})
+            if tile.swizzle:
+                T.use_swizzle(tile.swizzle)
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, 2 * bK), num_stages=tile.num_stages):
+                T.copy(A[by * bM, ko * 2 * bKw], A_packed)
+                T.copy(B[bx * bN, ko * 2 * bKw], B_packed)
+                for s, (A_s, B_s) in enumerate(((A0, B0), (A1, B1))):
+                    decode_to_shared(B_packed, s * bKw, B_s, bN, tx, packed, decoded, decoded_bytes)
+                    if a_in_registers:
+                        decode_to_fragment(A_packed, s * bKw, A_s, bM)
+                    else:
+                        decode_to_shared(A_packed, s * bKw, A_s, bM, tx, packed, decoded, decoded_bytes)
+                    T.wait_wgmma(0)  # the other buffer pair's wgmma has retired before the sync below
+                    T.wgmma_gemm(A_s, B_s, C_local, transpose_B=True, policy=policy)
+            T.wait_wgmma(0)
+            T.copy(C_local, C[by * bM, bx * bN])
+
+    return main
+
+
+def gemm_int8_kernel(M: int, N: int, K: int, tile: Tile):
+    """TileLang int8 GEMM (baseline): TMA-fed pipelined ``T.gemm``, A (M,K), B (N,K), int32 out."""
+    import tilelang.language as T
+
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    policy = _policy(T, tile)
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "int8"),
+        B: T.Tensor((N, K), "int8"),
+        C: T.Tensor((M, N), "int32"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
+            A_shared = T.alloc_shared((bM, bK), "int8")
+            B_shared = T.alloc_shared((bN, bK), "int8")
+            C_local = T.alloc_fragment((bM, bN), "int32")
+            if tile.swizzle:
+                T.use_swizzle(tile.swizzle)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=tile.num_stages):
+                T.copy(A[by * bM, k * bK], A_shared)
+                T.copy(B[bx * bN, k * bK], B_shared)
+                T.gemm(A_shared, B_shared, C_local, transpose_B=True, policy=policy)
+            T.copy(C_local, C[by * bM, bx * bN])
+
+    return main
+
+
+# ---------------------------------------------------------------------------------------------
+# Launches (GPU) and self checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _launch_int4_mma(kernel, ops: Operands) -> torch.Tensor:
+    return kernel(ops["A_packed"], ops["B_packed"])
+
+
+def _launch_int4_unpack_s8(kernel, ops: Operands) -> torch.Tensor:
+    # same bytes, read as words of 8 nibbles (a view, no copy)
+    return kernel(ops["A_packed"].view(torch.int32), ops["B_packed"].view(torch.int32))
+
+
+def _launch_int8_tilelang(kernel, ops: Operands) -> torch.Tensor:
+    return kernel(ops["A"], ops["B"])
+
+
+def int_mm_shape_limit(M: int, N: int, K: int) -> str | None:
+    """Why torch._int_mm (cuBLASLt int8) cannot run (M, N, K), or None: it needs M > 16, K and N
+    positive multiples of 8."""
+    problems = []
+    if M <= 16:
+        problems.append(f"M={M} must be > 16")
+    if K <= 0 or K % 8:
+        problems.append(f"K={K} must be a positive multiple of 8")
+    if N <= 0 or N % 8:
+        problems.append(f"N={N} must be a positive multiple of 8")
+    return "torch._int_mm cannot run this shape: " + "; ".join(problems) if problems else None
+
+
+def _launch_int_mm(kernel, ops: Operands) -> torch.Tensor:
+    a, b = ops["A"], ops["B"]
+    if reason := int_mm_shape_limit(a.shape[0], b.shape[0], a.shape[1]):
+        raise ValueError(reason)
+    # B (N,K) row-major transposed is the column-major (K,N) operand cuBLASLt's int8 path wants.
+    return torch._int_mm(a, b.T)
+
+
+def unpack_s8_shape_limit(M: int, N: int, K: int) -> str | None:
+    if K % 32:
+        return f"int4_unpack_s8 needs K divisible by 32 (TMA: packed rows of K/2 bytes 16-byte aligned), K={K}"
+    return None
+
+
+def int4_self_checks(launch_fn, M: int, N: int, K: int, device) -> dict[str, bool]:
+    """Run the kernel on constant extreme operands and on a K-varying pattern; compare exactly.
+
+    extremes_exact: all -8 x all -8, all 7 x all 7, all -8 x all 7 (C = a·b·K everywhere).
+    k_order_exact: values that change along K, catching decode orders that differ between A and B;
+    its reference is a float64 matmul on ``device`` (exact: integers below 2^53).
+    """
+    check_int32_accumulation(K)
+    ones = torch.ones(1, dtype=torch.float32, device=device)
+
+    def matches(a_int: torch.Tensor, b_int: torch.Tensor, expected) -> bool:
+        ops = {"A_packed": pack_int4(a_int).to(device), "B_packed": pack_int4(b_int).to(device)}
+        ops.update(scale_a=ones, scale_b=ones)
+        out = launch_fn(ops)
+        if out.dtype != torch.int32 or tuple(out.shape) != (M, N):
+            return False
+        if not isinstance(expected, torch.Tensor):  # a constant
+            return bool((out == expected).all())
+        return torch.equal(out.long(), expected)
+
+    extremes = all(
+        matches(torch.full((M, K), a, dtype=torch.int8), torch.full((N, K), b, dtype=torch.int8), a * b * K)
+        for a, b in ((INT4_MIN, INT4_MIN), (INT4_MAX, INT4_MAX), (INT4_MIN, INT4_MAX))
+    )
+    # int8 arithmetic keeps the pattern at M*K bytes: entries ((c_k + r_m) mod 16) - 8
+    def pattern(rows: int, k_step: int, row_step: int) -> torch.Tensor:
+        along_k = ((k_step * torch.arange(K)) % 16).to(torch.int8)
+        along_rows = ((row_step * torch.arange(rows)) % 16).to(torch.int8)
+        return (along_k[None, :] + along_rows[:, None]) % 16 - 8
+
+    a_pat, b_pat = pattern(M, 5, 1), pattern(N, 3, 2)
+    expected = (a_pat.to(device).double() @ b_pat.to(device).double().T).long()
+    return {"extremes_exact": extremes, "k_order_exact": matches(a_pat, b_pat, expected)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Registration
+# ---------------------------------------------------------------------------------------------
+
+# Regexes over the generated CUDA source (TileLang emits templated calls, not raw PTX).
+S4_MMA = r"mma_sync<tl::DataType::kInt4, tl::DataType::kInt4, tl::DataType::kInt32"
+S8_MMA = r"mma_sync<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt32"
+S8_WGMMA_SS = r"wgmma_ss<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt32"
+S8_WGMMA_RS = r"wgmma_rs<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt32"
+
+# The TMA lowering has no 4-bit type ("Check failed: (0) is false: int4"); without warp
+# specialization the T.int4 copies use cp.async and the kernel builds.
+_NO_WS = {"tl.disable_warp_specialized": True}
+_WGMMA_ONLY = (
+    "built on T.wgmma_gemm (explicit asynchronous Hopper wgmma), which TileLang refuses to lower "
+    "for {arch}; the unpacked-int8 route there is int8_tilelang"
+)
+
+# throughput is reported as a fraction of the int8 peak (torch._int_mm, kernels.ceilings) and the
+# speedup against torch._int_mm on the same values
+_COMMON = dict(
+    family="int4",
+    emulate=emulate_int_gemm,
+    exact_reference=exact_int_product,
+    to_real=int_to_real,
+    ops_unit="TOPS",
+    ceiling="int8_matmul",
+)
+_VS_INT_MM = dict(baseline="int8_torch_int_mm", **_COMMON)
+
+register_variant(
+    Variant(
+        name="int4_mma",
+        input_format="int4_tensor",
+        launch=_launch_int4_mma,
+        kernel=gemm_int4_mma_kernel,
+        out_idx=(2,),
+        instructions={"sm_89": S4_MMA, "sm_90a": S4_MMA, "sm_100a": S4_MMA},
+        pass_configs={"sm_90a": _NO_WS, "sm_100a": _NO_WS},
+        self_checks=int4_self_checks,
+        description="the seed's TileLang int4 GEMM (T.int4 operands, s4 mma.sync, int32 accumulation); "
+        "emulated s4 mma on Hopper, warp specialization off there",
+        **_VS_INT_MM,
+    )
+)
+for _name, _in_regs, _regex, _what in (
+    ("int4_unpack_s8", True, S8_WGMMA_RS, "A decoded into the wgmma register fragment, B into shared memory"),
+    ("int4_unpack_s8_ss", False, S8_WGMMA_SS, "A and B decoded into shared memory"),
+):
+    register_variant(
+        Variant(
+            name=_name,
+            input_format="int4_tensor",
+            launch=_launch_int4_unpack_s8,
+            kernel=partial(gemm_int4_unpack_s8_kernel, a_in_registers=_in_regs),
+            out_idx=(2,),
+            instructions={"sm_90a": _regex},
+            unsupported={a: _WGMMA_ONLY.format(arch=a) for a in ("sm_89", "sm_100a")},
+            self_checks=int4_self_checks,
+            shape_limit=unpack_s8_shape_limit,
+            description="TileLang int4 GEMM for Hopper: packed int4 TMA-loaded, decoded to int8 in the kernel "
+            f"({_what}), s8 wgmma overlapped with the next block's decode, int32 accumulation",
+            **_VS_INT_MM,
+        )
+    )
+register_variant(
+    Variant(
+        name="int8_tilelang",
+        input_format="int4_tensor_unpacked_s8",
+        launch=_launch_int8_tilelang,
+        kernel=gemm_int8_kernel,
+        out_idx=(2,),
+        instructions={"sm_89": S8_MMA, "sm_90a": S8_WGMMA_SS, "sm_100a": S8_MMA},
+        description="TileLang int8 GEMM (s8 wgmma on Hopper) on the int4 values pre-unpacked to int8, int32 out",
+        **_VS_INT_MM,
+    )
+)
+register_variant(
+    Variant(
+        name="int8_torch_int_mm",
+        input_format="int4_tensor_unpacked_s8",
+        launch=_launch_int_mm,
+        min_cc=75,
+        shape_limit=int_mm_shape_limit,
+        description="torch._int_mm (cuBLASLt int8, int32 out) on the int4 values pre-unpacked to int8; "
+        "needs M > 16 and K, N multiples of 8",
+        **_COMMON,
+    )
+)

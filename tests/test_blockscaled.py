@@ -1,0 +1,378 @@
+"""kernels.blockscaled: quantizers, E8M0 codes, scale layouts, emulated numerics, launches, compiles.
+
+CPU only. Compile tests build tiny kernels (256x256x256) with the local nvcc.
+"""
+import math
+import re
+
+import pytest
+import torch
+
+from kernels import blockscaled as bs
+from kernels.metrics import calc_diff, rel_fro
+from kernels.registry import FORMATS, VARIANTS
+from kernels.tiles import parse_tile
+
+KERNEL_VARIANTS = ("blockscaled_sm90", "blockscaled_g128", "blockscaled_sm100")
+ALL_VARIANTS = (*KERNEL_VARIANTS, "cublas_blockwise_fp8")
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _uneven(rows: int, cols: int, seed: int, row_block: int, col_block: int) -> torch.Tensor:
+    """N(0,1) with each (row_block x col_block) block scaled by its own power of ten in [1e-3, 1e3]:
+    any scale applied to the wrong block shows up as a large error."""
+    g = _gen(seed)
+    x = torch.randn(rows, cols, generator=g)
+    mags = 10.0 ** torch.randint(-3, 4, (-(-rows // row_block), -(-cols // col_block)), generator=g).float()
+    return x * mags.repeat_interleave(row_block, 0).repeat_interleave(col_block, 1)[:rows, :cols]
+
+
+def _e4m3_error_bound(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    # e4m3 round-to-nearest: half an ulp of 3 mantissa bits (2^-4 relative) for normals, half the
+    # smallest subnormal step (2^-10) in scaled units below that
+    return x.abs().double() * 2.0**-4 + scale.double() * 2.0**-10
+
+
+# ---- DeepSeek recipe ---------------------------------------------------------------------------
+
+def test_deepseek_shapes_scales_and_layouts():
+    M, N, K = 201, 328, 384
+    A, B = _uneven(M, K, 1, 1, 128), _uneven(N, K, 2, 128, 128)
+    ops = FORMATS["deepseek_1x128_128x128"].quantize(A, B)
+    assert ops["A"].dtype == ops["B"].dtype == torch.float8_e4m3fn
+    assert ops["A"].shape == (M, K) and ops["B"].shape == (N, K)
+    assert ops["SFA"].shape == (M, 3) and ops["SFB"].shape == (3, 3)
+    assert ops["SFA"].dtype == ops["SFB"].dtype == torch.float32
+    # each scale is its block's amax / 448
+    for i in (0, 57, 200):
+        for kb in range(3):
+            assert ops["SFA"][i, kb] == A[i, kb * 128 : (kb + 1) * 128].abs().max() / 448
+    for nb in range(3):
+        for kb in range(3):
+            assert ops["SFB"][nb, kb] == B[nb * 128 : (nb + 1) * 128, kb * 128 : (kb + 1) * 128].abs().max() / 448
+    # SFA_t: M-major, rows padded to a multiple of 4 with zeros, contiguous (TMA / cuBLAS layout)
+    assert ops["SFA_t"].shape == (3, 204) and ops["SFA_t"].is_contiguous()
+    assert torch.equal(ops["SFA_t"][:, :M], ops["SFA"].T)
+    assert not ops["SFA_t"][:, M:].any()
+
+
+def test_deepseek_roundtrip_error_bound():
+    M, N, K = 64, 200, 300  # K not a multiple of 128: the last block is partial
+    A, B = _uneven(M, K, 3, 1, 128), _uneven(N, K, 4, 128, 128)
+    ops = FORMATS["deepseek_1x128_128x128"].quantize(A, B)
+    a_hat, b_hat = FORMATS["deepseek_1x128_128x128"].dequantize(ops)
+    sa = bs._expand(ops["SFA"], 1, 128, M, K)
+    sb = bs._expand(ops["SFB"], 128, 128, N, K)
+    assert ((a_hat - A.double()).abs() <= _e4m3_error_bound(A, sa)).all()
+    assert ((b_hat - B.double()).abs() <= _e4m3_error_bound(B, sb)).all()
+    # the block maximum maps to 448 and comes back as itself (up to the fp32 rounding of amax/448)
+    amax_hat = a_hat.abs().reshape(M, -1).amax(dim=1)
+    torch.testing.assert_close(amax_hat, A.double().abs().amax(dim=1), rtol=1e-6, atol=0)
+
+
+def test_zero_blocks_get_unit_scales():
+    A = torch.zeros(4, 256)
+    A[1, 200] = 3.0
+    B = torch.zeros(128, 256)
+    ds = FORMATS["deepseek_1x128_128x128"].quantize(A, B)
+    assert ds["SFA"][0].tolist() == [1.0, 1.0]
+    assert ds["SFA"][1, 0] == 1.0 and ds["SFA"][1, 1] == torch.tensor(3.0) / 448
+    assert ds["SFB"].tolist() == [[1.0, 1.0]] and not ds["B"].float().any()
+    mx = FORMATS["mxfp8_e4m3_b32"].quantize(A, B)
+    assert (mx["SFB"] == bs.E8M0_BIAS).all() and not mx["B"].float().any()
+
+
+@pytest.mark.parametrize("fmt", ["deepseek_1x128_128x128", "mxfp8_e4m3_b32", "generic_g128"])
+def test_quantizers_reject_non_finite(fmt):
+    A = torch.ones(4, 128)
+    A[2, 3] = float("inf")
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        FORMATS[fmt].quantize(A, torch.ones(8, 128))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.element_size() == 1 else t
+
+
+def test_quantizers_are_deterministic():
+    A, B = _uneven(32, 256, 5, 1, 32), _uneven(48, 256, 6, 16, 32)
+    for fmt in ("deepseek_1x128_128x128", "mxfp8_e4m3_b32", "generic_g128"):
+        first, second = FORMATS[fmt].quantize(A, B), FORMATS[fmt].quantize(A, B)
+        assert first.keys() == second.keys()
+        assert all(torch.equal(_bits(first[k]), _bits(second[k])) for k in first)
+
+
+# ---- generic g128 recipe -----------------------------------------------------------------------
+
+def test_generic_g128_per_row_scales_and_bound():
+    M, N, K = 40, 72, 256
+    A, B = _uneven(M, K, 7, 1, 128), _uneven(N, K, 8, 1, 128)
+    ops = FORMATS["generic_g128"].quantize(A, B)
+    assert ops["SFA"].shape == (M, 2) and ops["SFB"].shape == (N, 2)
+    assert ops["SFA_t"].shape == (2, 40) and ops["SFB_t"].shape == (2, 72)
+    assert torch.equal(ops["SFB"], B.abs().reshape(N, 2, 128).amax(dim=2) / 448)
+    assert torch.equal(ops["SFB_t"][:, :N], ops["SFB"].T)
+    a_hat, b_hat = FORMATS["generic_g128"].dequantize(ops)
+    assert ((b_hat - B.double()).abs() <= _e4m3_error_bound(B, bs._expand(ops["SFB"], 1, 128, N, K))).all()
+    assert ((a_hat - A.double()).abs() <= _e4m3_error_bound(A, bs._expand(ops["SFA"], 1, 128, M, K))).all()
+
+
+# ---- MXFP8 and E8M0 ----------------------------------------------------------------------------
+
+def test_mx_shared_exponent_is_ocp_floor_log2_minus_8():
+    below_two = torch.nextafter(torch.tensor(2.0), torch.tensor(0.0)).item()  # largest fp32 below 2
+    amax = torch.tensor([1.0, 2.0, below_two, 3.0, 447.9, 448.0, 1e-3, 2.0**-20, 1e-40, 3e38], dtype=torch.float32)
+    got = bs.mx_shared_exponent(amax).tolist()
+    want = [max(-127, min(127, math.frexp(a)[1] - 1 - 8)) for a in amax.tolist()]
+    assert got == want
+    assert got[2] == -8  # just below 2: floor(log2) is 0, where a float log2 would round to 1
+    assert got[8] == -127  # clamped to E8M0's smallest scale
+
+
+def test_mx_clamps_values_above_448_as_the_spec_scale_choice_implies():
+    # amax 1.99: scale 2^(0-8), 1.99*256 = 509 > 448 -> clamped (an unclamped torch cast would give NaN)
+    x = torch.zeros(1, 32)
+    x[0, 0], x[0, 1] = 1.99, 0.5
+    q, codes = bs.quantize_mxfp8(x)
+    assert codes.tolist() == [[127 - 8]]
+    assert q.float()[0, 0] == 448 and q.float()[0, 1] == 128
+    a_hat, _ = bs.dequantize_mx({"A": q, "B": q, "SFA": codes, "SFB": codes})
+    assert a_hat[0, 0] == 1.75 and a_hat[0, 1] == 0.5
+
+
+def test_mx_roundtrip_error_bound():
+    M, K = 64, 320  # K = 10 blocks of 32
+    A = _uneven(M, K, 9, 1, 32)
+    q, codes = bs.quantize_mxfp8(A)
+    assert codes.dtype == torch.uint8 and codes.shape == (M, 10)
+    assert q.float().abs().max() <= 448
+    s = bs._expand(bs.e8m0_decode(codes), 1, 32, M, K).double()
+    a_hat = q.double() * s
+    err = (a_hat - A.double()).abs()
+    clamp_excess = (A.double().abs() - 448 * s).clamp(min=0)
+    assert (err <= torch.maximum(A.double().abs() * 2.0**-4, clamp_excess) + s * 2.0**-10).all()
+    # the scaled block maximum lands in [256, 512): the OCP choice never under-uses the range
+    scaled_amax = (A.double() / s).abs().reshape(M, 10, 32).amax(dim=2)
+    assert ((scaled_amax >= 256) & (scaled_amax < 512)).all()
+
+
+def test_e8m0_decode_matches_torch_and_ml_dtypes():
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    got = bs.e8m0_decode(codes)
+    want = [2.0 ** (c - 127) for c in range(255)]
+    assert got[:255].tolist() == want and math.isnan(got[255])
+    checked = 0
+    if hasattr(torch, "float8_e8m0fnu"):
+        torch.testing.assert_close(got, codes.view(torch.float8_e8m0fnu).float(), equal_nan=True, rtol=0, atol=0)
+        checked += 1
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if hasattr(ml_dtypes, "float8_e8m0fnu"):
+        ref = torch.from_numpy(codes.numpy().view(ml_dtypes.float8_e8m0fnu).astype("float32"))
+        torch.testing.assert_close(got, ref, equal_nan=True, rtol=0, atol=0)
+        checked += 1
+    if not checked:
+        pytest.skip("neither torch nor ml_dtypes has float8_e8m0fnu")
+
+
+def test_e8m0_encode_roundtrip_and_range():
+    exps = torch.arange(-127, 128)
+    codes = bs.e8m0_encode(exps)
+    assert codes.dtype == torch.uint8 and codes.tolist() == list(range(255))
+    assert torch.equal(torch.log2(bs.e8m0_decode(codes).double()), exps.double())
+    with pytest.raises(ValueError):
+        bs.e8m0_encode(torch.tensor([128]))
+
+
+def test_e8m0_words_and_tcgen05_cp_layout():
+    R, nblk = 200, 10  # 10 codes -> 3 words (the last padded with scale 1)
+    codes = torch.randint(0, 255, (R, nblk), generator=_gen(10)).to(torch.uint8)
+    words = bs.pack_e8m0_words(codes)
+    assert words.dtype == torch.int32 and words.shape == (R, 3)
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    unpacked = torch.stack([(w >> (8 * j)) & 0xFF for j in range(4)], dim=2).reshape(R, 12)
+    assert torch.equal(unpacked[:, :nblk], codes.to(torch.int64))
+    assert (unpacked[:, nblk:] == 127).all()
+    lay = bs.utccp_scale_layout(words)
+    assert lay.shape == (3, 256) and lay.is_contiguous()
+    for k in range(3):
+        for c in range(2):
+            for l in (0, 5, 31):
+                for q in range(4):
+                    row = c * 128 + 32 * q + l
+                    want = words[row, k] if row < R else 0x7F7F7F7F
+                    assert lay[k, c * 128 + 4 * l + q] == want
+
+
+def test_mx_format_operands():
+    A, B = _uneven(200, 256, 11, 1, 32), _uneven(72, 256, 12, 8, 32)
+    ops = FORMATS["mxfp8_e4m3_b32"].quantize(A, B)
+    assert ops["SFA"].shape == (200, 8) and ops["SFB"].shape == (72, 8)
+    assert ops["SFA_words"].shape == (2, 256) and ops["SFB_words"].shape == (2, 128)
+    assert torch.equal(ops["SFA_words"], bs.utccp_scale_layout(bs.pack_e8m0_words(ops["SFA"])))
+
+
+# ---- emulation ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ALL_VARIANTS)
+def test_emulation_matches_dequantized_float64_reference(name):
+    # uneven block magnitudes: a scale applied to the wrong row, column or K block would be far off
+    variant = VARIANTS[name]
+    fmt = FORMATS[variant.input_format]
+    M, N, K = 96, 328, 512
+    A, B = _uneven(M, K, 13, 16, 32), _uneven(N, K, 14, 128, 32)
+    ops = fmt.quantize(A, B)
+    out = variant.emulate(ops)
+    assert out.dtype == torch.bfloat16 and out.shape == (M, N)
+    a_hat, b_hat = fmt.dequantize(ops)
+    ref = a_hat @ b_hat.T
+    assert rel_fro(out, ref) < 4e-3  # bf16 output rounding dominates (~1.7e-3)
+    assert calc_diff(out, ref) < 1e-5
+
+
+def test_promotion_scales_each_k_block_separately():
+    # two K blocks of A with different scales (1/448, 3/448): 128*1 + 128*3 = 512; applying the first
+    # block's scale to the whole K would give 256
+    A = torch.ones(1, 256)
+    A[0, 128:] = 3.0
+    B = torch.ones(128, 256)
+    ops = FORMATS["deepseek_1x128_128x128"].quantize(A, B)
+    assert torch.equal(ops["SFA"], torch.tensor([[1.0, 3.0]]) / 448)
+    out = bs.emulate_deepseek(ops)
+    assert (out.float() == 512).all()
+
+
+@pytest.mark.parametrize("name", ALL_VARIANTS)
+def test_calc_diff_gate_on_normal_inputs(name):
+    # the issue's gate: calc_diff < 1e-3 against float64 of the unquantized N(0,1) inputs
+    variant = VARIANTS[name]
+    g = _gen(15)
+    A, B = torch.randn(256, 1024, generator=g), torch.randn(256, 1024, generator=g)
+    out = variant.emulate(FORMATS[variant.input_format].quantize(A, B))
+    assert calc_diff(out, A.double() @ B.double().T) < 1e-3
+
+
+# ---- kernel factories and launches -------------------------------------------------------------
+
+@pytest.mark.parametrize("name,tile", [("blockscaled_sm90", "m128n128k128_s3_t256_wrow"),
+                                       ("blockscaled_sm100", "m128n128k128_s1_t128")])
+def test_kernels_require_k_multiple_of_128(name, tile):
+    with pytest.raises(ValueError, match="multiple of 128"):
+        VARIANTS[name].kernel(256, 256, 200, parse_tile(tile))
+
+
+def test_shape_limits_name_the_k_rule():
+    for name in KERNEL_VARIANTS:
+        assert VARIANTS[name].shape_limit(256, 328, 512) is None
+        assert "divisible by 128" in VARIANTS[name].shape_limit(256, 328, 200)
+    assert VARIANTS["cublas_blockwise_fp8"].shape_limit(201, 336, 384) is None
+    assert "divisible by 16" in VARIANTS["cublas_blockwise_fp8"].shape_limit(256, 330, 384)
+
+
+@pytest.mark.parametrize("name,tile,msg", [
+    ("blockscaled_sm90", "m128n128k64_s3_t256", "block_K must be 128"),
+    ("blockscaled_sm90", "m128n192k128_s3_t256", "block_N must be 64, 128 or 256"),
+    ("blockscaled_sm100", "m128n128k128_s3_t128", "num_stages must be 1"),
+    ("blockscaled_sm100", "m64n128k128_s1_t128", "block_M must be 128"),
+])
+def test_kernels_reject_tiles_they_cannot_run(name, tile, msg):
+    with pytest.raises(ValueError, match=msg):
+        VARIANTS[name].kernel(256, 256, 256, parse_tile(tile))
+
+
+_TILES = {"blockscaled_sm90": "m128n256k128_s3_t256_wrow", "blockscaled_g128": "m128n128k128_s3_t256_wrow",
+          "blockscaled_sm100": "m128n256k128_s1_t128"}
+
+
+@pytest.mark.parametrize("name", KERNEL_VARIANTS)
+def test_launch_passes_what_the_kernel_declares(name):
+    variant = VARIANTS[name]
+    M, N, K = 201, 328, 256
+    ops = FORMATS[variant.input_format].quantize(_uneven(M, K, 16, 1, 32), _uneven(N, K, 17, 1, 32))
+    prim = variant.kernel(M, N, K, parse_tile(_TILES[name]))
+    params = [prim.buffer_map[p] for p in prim.params]
+    inputs = [p for i, p in enumerate(params) if i not in variant.out_idx]
+    seen = []
+
+    def fake_kernel(*args):
+        seen.extend(args)
+        return torch.zeros(M, N, dtype=torch.bfloat16)
+
+    variant.launch(fake_kernel, ops)
+    assert len(seen) == len(inputs)
+    for arg, buf in zip(seen, inputs):
+        assert tuple(arg.shape) == tuple(int(s) for s in buf.shape), buf.name
+        assert str(arg.dtype).removeprefix("torch.") == str(buf.dtype), buf.name
+        assert arg.is_contiguous(), buf.name
+
+
+def _torch_blockwise_checks(a, b, scale_a, scale_b, pitch_multiple=1):
+    """torch._scaled_mm's DeepSeek-recipe acceptance (ScaledBlas.cpp, is_blockwise_1x128 / 128x128_scaling)."""
+    M, K = a.shape
+    N = b.shape[1]
+    kb = -(-K // 128)
+    sbt = scale_b.t()  # checked against b.t() == B (N, K)
+    return (scale_a.dtype == torch.float32 and scale_a.shape == (M, kb) and scale_a.stride() == (1, M)
+            and scale_b.dtype == torch.float32 and sbt.shape == (-(-N // 128), kb)
+            and sbt.stride() == (-(-kb // pitch_multiple) * pitch_multiple, 1) and b.stride(0) == 1)
+
+
+@pytest.mark.parametrize("M,K,pitch", [(256, 512, 1), (201, 384, 1), (256, 384, 4)])
+def test_cublas_launch_uses_the_scale_layouts_torch_checks(monkeypatch, M, K, pitch):
+    N = 328
+    ops = FORMATS["deepseek_1x128_128x128"].quantize(_uneven(M, K, 18, 1, 128), _uneven(N, K, 19, 128, 128))
+    expected = bs.emulate_deepseek(ops)
+    calls = []
+
+    def fake_scaled_mm(a, b, scale_a, scale_b, out_dtype, use_fast_accum):
+        calls.append(1)
+        if not _torch_blockwise_checks(a, b, scale_a, scale_b, pitch):
+            raise RuntimeError("Invalid scaling configuration")
+        assert out_dtype == torch.bfloat16 and use_fast_accum is False
+        ref = bs.emulate_promoted(a, b.t(), scale_a, scale_b.t().repeat_interleave(128, 0)[:N], 128)
+        return ref
+
+    monkeypatch.setattr(torch, "_scaled_mm", fake_scaled_mm)
+    monkeypatch.setitem(bs._SCALE_B_ROW_PITCH, "multiple", 1)
+    out = VARIANTS["cublas_blockwise_fp8"].launch(None, ops)
+    assert torch.equal(out, expected)
+    assert len(calls) == (2 if pitch == 4 else 1)  # a padded-pitch torch build costs one retry, once
+    if pitch == 4:
+        VARIANTS["cublas_blockwise_fp8"].launch(None, ops)
+        assert len(calls) == 3
+
+
+# ---- compile checks (local nvcc, no GPU) -------------------------------------------------------
+
+def _compile(name: str, tile: str, arch: str, shape=(256, 256, 256)):
+    import tilelang
+
+    variant = VARIANTS[name]
+    prim = variant.kernel(*shape, parse_tile(tile))
+    return tilelang.compile(prim, out_idx=list(variant.out_idx), target={"kind": "cuda", "arch": arch},
+                            pass_configs=variant.pass_configs.get(arch) or None)
+
+
+@pytest.mark.parametrize("name,tile", [("blockscaled_sm90", "m128n128k128_s2_t256_wrow"),
+                                       ("blockscaled_g128", "m128n128k128_s2_t256_wrow")])
+def test_sm90_kernels_compile_to_fp8_wgmma_with_promotion(name, tile):
+    src = _compile(name, tile, "sm_90a").get_kernel_source()
+    assert re.search(VARIANTS[name].instructions["sm_90a"], src)
+    # a fresh partial sum per K block (scale-d 0 on the first wgmma) and a promotion FMA through the scales
+    assert "tl::warpgroup_wait<0>()" in src and "SFA_s" in src
+
+
+def test_sm100_kernel_compiles_to_block_scaled_tcgen05():
+    src = _compile("blockscaled_sm100", "m128n128k128_s1_t128", "sm_100a").get_kernel_source()
+    assert re.search(VARIANTS["blockscaled_sm100"].instructions["sm_100a"], src)
+    assert "tcgen05_cp" in src  # scale words moved to tensor memory
+    assert "(ki << 29)" in src and "(ki << 4)" in src  # per-32-K scale byte selected in the instr. descriptor
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_89"])
+def test_gemm_blockscaled_does_not_lower_off_blackwell(arch):
+    assert arch in VARIANTS["blockscaled_sm100"].unsupported
+    with pytest.raises(Exception, match="Block-scaled GEMM requires either Blackwell SM100"):
+        _compile("blockscaled_sm100", "m128n128k128_s1_t128", arch)

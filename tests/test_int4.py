@@ -1,0 +1,310 @@
+"""int4 family: packing, quantizer, exact emulation, self checks, and TileLang compile checks (CPU only)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from kernels import int4
+from kernels.int4 import pack_int4, unpack_int4
+from kernels.registry import FORMATS, VARIANTS
+from kernels.tiles import parse_tile
+
+INT4_VARIANTS = ("int4_mma", "int4_unpack_s8", "int4_unpack_s8_ss", "int8_tilelang", "int8_torch_int_mm")
+
+
+def _brute_force_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """int64 A·Bᵀ by broadcasting, independent of the module's float64 route."""
+    return (a.long()[:, None, :] * b.long()[None, :, :]).sum(-1)
+
+
+# --- packing -------------------------------------------------------------------------------
+
+
+def test_round_trip_every_nibble_pair():
+    values = torch.arange(-8, 8, dtype=torch.int8)
+    low, high = torch.meshgrid(values, values, indexing="ij")
+    pairs = torch.stack((low.reshape(-1), high.reshape(-1)), dim=-1)  # (256, 2): all combinations
+    packed = pack_int4(pairs)
+    assert packed.shape == (256, 1) and packed.dtype == torch.int8
+    expected_bytes = ((pairs[:, 0].long() & 0xF) | ((pairs[:, 1].long() & 0xF) << 4)).to(torch.uint8).view(torch.int8)
+    assert torch.equal(packed[:, 0], expected_bytes)
+    assert torch.equal(unpack_int4(packed), pairs)
+    assert len(set(packed[:, 0].tolist())) == 256  # every byte value is reached exactly once
+
+
+@pytest.mark.parametrize("shape", [(2,), (3, 8), (2, 5, 64), (1, 0, 4)])
+def test_round_trip_random(shape):
+    g = torch.Generator().manual_seed(sum(shape) + len(shape))
+    t = torch.randint(-8, 8, shape, generator=g, dtype=torch.int8)
+    packed = pack_int4(t)
+    assert packed.shape == (*shape[:-1], shape[-1] // 2)
+    assert torch.equal(unpack_int4(packed), t)
+    assert torch.equal(pack_int4(unpack_int4(packed)), packed)
+
+
+@pytest.mark.parametrize(
+    "byte, values",
+    [
+        (0x21, [1, 2]),
+        (0xF8, [-8, -1]),
+        (0x7F, [-1, 7]),
+        (0x80, [0, -8]),
+        (0x87, [7, -8]),
+        (0x00, [0, 0]),
+        (0xFF, [-1, -1]),
+    ],
+)
+def test_known_bytes(byte, values):
+    packed = torch.tensor([byte], dtype=torch.uint8).view(torch.int8)
+    assert unpack_int4(packed).tolist() == values
+    assert torch.equal(pack_int4(torch.tensor(values, dtype=torch.int8)), packed)
+
+
+def test_pack_element_order_along_last_dim():
+    t = torch.tensor([[1, 2, 3, 4], [-8, 7, 0, -1]], dtype=torch.int8)
+    as_bytes = pack_int4(t).view(torch.uint8).tolist()
+    assert as_bytes == [[0x21, 0x43], [0x78, 0xF0]]
+
+
+@pytest.mark.parametrize(
+    "bad, exc, words",
+    [
+        (torch.zeros(4, dtype=torch.float32), TypeError, "int8"),
+        (torch.zeros(4, dtype=torch.int16), TypeError, "int8"),
+        (torch.zeros(4, dtype=torch.uint8), TypeError, "int8"),
+        (torch.tensor(3, dtype=torch.int8), ValueError, "0-dim"),
+        (torch.zeros(2, 3, dtype=torch.int8), ValueError, "even"),
+        (torch.tensor([0, 8], dtype=torch.int8), ValueError, "[-8, 7]"),
+        (torch.tensor([-9, 0], dtype=torch.int8), ValueError, "[-8, 7]"),
+        ([1, 2], TypeError, "torch.Tensor"),
+    ],
+)
+def test_pack_errors(bad, exc, words):
+    with pytest.raises(exc, match=re.escape(words)):
+        pack_int4(bad)
+
+
+@pytest.mark.parametrize(
+    "bad, exc, words",
+    [
+        (torch.zeros(4, dtype=torch.int32), TypeError, "int8"),
+        (torch.zeros(4, dtype=torch.uint8), TypeError, "int8"),
+        (torch.tensor(3, dtype=torch.int8), ValueError, "0-dim"),
+    ],
+)
+def test_unpack_errors(bad, exc, words):
+    with pytest.raises(exc, match=re.escape(words)):
+        unpack_int4(bad)
+
+
+# --- quantizer and formats -------------------------------------------------------------------
+
+
+def test_quantize_int4_scale_rounding_and_clamp():
+    x = torch.tensor([-3.5, -1.0, 0.0, 0.24, 0.26, 2.0, 3.5])
+    q, scale = int4.quantize_int4(x)
+    assert scale.dtype == torch.float32 and scale.shape == (1,)
+    assert scale.item() == pytest.approx(0.5)
+    # x / 0.5 = [-7, -2, 0, 0.48, 0.52, 4, 7]
+    assert q.tolist() == [-7, -2, 0, 0, 1, 4, 7]
+    assert q.dtype == torch.int8
+
+
+def test_quantize_int4_is_deterministic_and_in_range():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 96, generator=g) * 3
+    q1, s1 = int4.quantize_int4(x)
+    q2, s2 = int4.quantize_int4(x.clone())
+    assert torch.equal(q1, q2) and torch.equal(s1, s2)
+    assert int(q1.min()) >= -8 and int(q1.max()) <= 7
+    assert int(q1.abs().max()) == 7  # amax lands on ±7
+    assert (q1.double() * s1.double() - x.double()).abs().max() <= s1.item() / 2 + 1e-6
+
+
+def test_quantize_int4_zero_and_errors():
+    q, s = int4.quantize_int4(torch.zeros(3, 4))
+    assert s.item() == 1.0 and not q.any()
+    with pytest.raises(TypeError):
+        int4.quantize_int4(torch.zeros(3, dtype=torch.int8))
+    with pytest.raises(ValueError, match="NaN"):
+        int4.quantize_int4(torch.tensor([1.0, float("nan")]))
+    with pytest.raises(ValueError, match="empty"):
+        int4.quantize_int4(torch.zeros(0))
+
+
+def _inputs(M=24, N=40, K=64, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(M, K, generator=g), torch.randn(N, K, generator=g) * 0.1
+
+
+def test_formats_share_values_and_scales():
+    A, B = _inputs()
+    packed = FORMATS["int4_tensor"].quantize(A, B)
+    unpacked = FORMATS["int4_tensor_unpacked_s8"].quantize(A, B)
+    assert packed["A_packed"].shape == (24, 32) and packed["B_packed"].shape == (40, 32)
+    assert packed["A_packed"].dtype == torch.int8 and packed["A_packed"].is_contiguous()
+    assert unpacked["A"].shape == (24, 64) and unpacked["B"].dtype == torch.int8
+    assert torch.equal(unpack_int4(packed["A_packed"]), unpacked["A"])
+    assert torch.equal(unpack_int4(packed["B_packed"]), unpacked["B"])
+    for key in ("scale_a", "scale_b"):
+        assert packed[key].dtype == torch.float32 and packed[key].shape == (1,)
+        assert torch.equal(packed[key], unpacked[key])
+    a_hat, b_hat = FORMATS["int4_tensor"].dequantize(packed)
+    assert a_hat.dtype == torch.float64 and a_hat.shape == A.shape
+    assert torch.equal(a_hat, unpacked["A"].double() * packed["scale_a"].double())
+    assert torch.equal(b_hat, FORMATS["int4_tensor_unpacked_s8"].dequantize(unpacked)[1])
+    assert (a_hat - A.double()).abs().max() <= packed["scale_a"].item() / 2 + 1e-6
+
+
+# --- exact emulation ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", INT4_VARIANTS)
+def test_emulation_equals_int64_reference(name):
+    v = VARIANTS[name]
+    A, B = _inputs(seed=7)
+    ops = FORMATS[v.input_format].quantize(A, B)
+    out = v.emulate(ops)
+    a_int, b_int = int4.int_operands(ops)
+    reference = _brute_force_product(a_int, b_int)
+    assert out.dtype == torch.int32 and out.shape == (24, 40)
+    assert torch.equal(out.long(), reference)
+    assert torch.equal(v.exact_reference(ops), reference)
+    assert v.ops_unit == "TOPS"
+    real = v.to_real(out, ops)
+    assert real.dtype == torch.float64
+    assert torch.allclose(real, reference.double() * ops["scale_a"].double() * ops["scale_b"].double(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("a_val, b_val", [(-8, -8), (7, 7), (-8, 7)])
+def test_emulation_on_extremes(a_val, b_val):
+    M, N, K = 3, 5, 4096
+    ops = {
+        "A_packed": pack_int4(torch.full((M, K), a_val, dtype=torch.int8)),
+        "B_packed": pack_int4(torch.full((N, K), b_val, dtype=torch.int8)),
+        "scale_a": torch.ones(1),
+        "scale_b": torch.ones(1),
+    }
+    out = VARIANTS["int4_unpack_s8"].emulate(ops)
+    assert torch.equal(out, torch.full((M, N), a_val * b_val * K, dtype=torch.int32))
+
+
+def test_int32_accumulation_bound():
+    int4.check_int32_accumulation((1 << 25) - 1)  # 64·K < 2^31: fine
+    with pytest.raises(ValueError, match="2\\^25"):
+        int4.check_int32_accumulation(1 << 25)
+
+
+def test_kernel_decode_order_reproduces_the_product():
+    """The word decode of int4_unpack_s8 (CPU mirror) permutes K identically for A and B."""
+    M, N, K, block_K = 5, 6, 256, 128
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(-8, 8, (M, K), generator=g, dtype=torch.int8)
+    b = torch.randint(-8, 8, (N, K), generator=g, dtype=torch.int8)
+    order = int4.decoded_k_order(block_K)
+    assert sorted(order.tolist()) == list(range(block_K))
+
+    def decode(t: torch.Tensor) -> torch.Tensor:
+        words = pack_int4(t).view(torch.int32)  # (rows, K/8), little-endian bytes as on the GPU
+        tiles = []
+        for blk in range(K // block_K):
+            low, high = int4.decode_packed_words(words[:, blk * block_K // 8 : (blk + 1) * block_K // 8])
+            tile = torch.cat((low.contiguous().view(torch.int8), high.contiguous().view(torch.int8)), dim=-1)
+            assert torch.equal(tile, t[:, blk * block_K + order])
+            tiles.append(tile)
+        return torch.cat(tiles, dim=-1)
+
+    assert torch.equal(_brute_force_product(decode(a), decode(b)), _brute_force_product(a, b))
+
+
+# --- baselines and self checks --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("M, N, K, culprit", [(16, 64, 64, "M=16"), (32, 60, 64, "N=60"), (32, 64, 12, "K=12")])
+def test_int_mm_shape_limit(M, N, K, culprit):
+    v = VARIANTS["int8_torch_int_mm"]
+    assert v.shape_limit(32, 64, 64) is None
+    reason = v.shape_limit(M, N, K)
+    assert reason.startswith("torch._int_mm cannot run") and culprit in reason
+
+
+def test_unpack_s8_shape_limit():
+    v = VARIANTS["int4_unpack_s8"]
+    assert v.shape_limit(100, 100, 256) is None
+    assert "K divisible by 32" in v.shape_limit(100, 100, 48)
+
+
+def test_int_mm_launch_checks_before_calling_torch():
+    ops = {"A": torch.zeros(8, 32, dtype=torch.int8), "B": torch.zeros(16, 32, dtype=torch.int8)}
+    with pytest.raises(ValueError, match="M=8 must be > 16"):
+        VARIANTS["int8_torch_int_mm"].launch(None, ops)
+
+
+@pytest.mark.parametrize("name", ["int4_mma", "int4_unpack_s8"])
+def test_self_checks_pass_for_exact_kernel_and_fail_for_wrong_one(name):
+    v = VARIANTS[name]
+    assert v.self_checks is not None
+    good = v.self_checks(v.emulate, 20, 24, 64, "cpu")
+    assert good == {"extremes_exact": True, "k_order_exact": True}
+
+    def swapped_b_nibbles(ops):  # decodes B with its nibbles swapped: right on constants, wrong on patterns
+        b = ops["B_packed"].view(torch.uint8)
+        swapped = (((b >> 4) | (b << 4)) & 0xFF).view(torch.int8)
+        return v.emulate({**ops, "B_packed": swapped})
+
+    assert v.self_checks(swapped_b_nibbles, 20, 24, 64, "cpu") == {"extremes_exact": True, "k_order_exact": False}
+    zeros = lambda ops: torch.zeros(20, 24, dtype=torch.int32)  # noqa: E731
+    assert v.self_checks(zeros, 20, 24, 64, "cpu")["extremes_exact"] is False
+
+
+def test_unpack_kernel_factory_rejects_bad_shapes_and_tiles():
+    factory = VARIANTS["int4_unpack_s8"].kernel
+    with pytest.raises(ValueError, match="K divisible by 32"):
+        factory(256, 256, 48, parse_tile("m64n64k64_s2_t128"))
+    with pytest.raises(ValueError, match="block_K"):
+        factory(256, 256, 256, parse_tile("m64n64k48_s2_t128"))
+    with pytest.raises(ValueError, match="shared memory"):
+        VARIANTS["int4_unpack_s8_ss"].kernel(8192, 8192, 8192, parse_tile("m128n256k128_s3_t256_wrow"))
+
+
+# --- TileLang compile checks -----------------------------------------------------------------
+
+
+def _compile_source(name: str, arch: str, tile: str, shape=(256, 256, 256)) -> str:
+    import tilelang
+
+    v = VARIANTS[name]
+    kernel = tilelang.compile(
+        v.kernel(*shape, parse_tile(tile)),
+        out_idx=list(v.out_idx),
+        target={"kind": "cuda", "arch": arch},
+        pass_configs=v.pass_configs.get(arch, {}),
+    )
+    src = kernel.get_kernel_source()
+    assert re.search(v.instructions[arch], src), f"{name} on {arch}: {v.instructions[arch]!r} not in the source"
+    return src
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90a"])
+def test_int4_mma_compiles_to_s4_mma(arch):
+    _compile_source("int4_mma", arch, "m64n64k64_s2_t128")
+
+
+@pytest.mark.compile
+def test_int4_unpack_s8_compiles_to_async_s8_wgmma():
+    src = _compile_source("int4_unpack_s8", "sm_90a", "m64n64k64_s2_t128")
+    assert "tma_load" in src  # packed tiles arrive by TMA
+    assert "wait_wgmma<0>" in src and "warpgroup_wait<" not in src  # no implicit wait after each wgmma
+
+
+@pytest.mark.compile
+def test_int4_unpack_s8_ss_compiles_to_s8_wgmma():
+    _compile_source("int4_unpack_s8_ss", "sm_90a", "m64n64k64_s2_t128")
+
+
+@pytest.mark.compile
+def test_int8_tilelang_compiles_to_s8_wgmma():
+    _compile_source("int8_tilelang", "sm_90a", "m64n64k64_s2_t128")

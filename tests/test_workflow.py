@@ -1,0 +1,104 @@
+"""The Snakemake workflow end to end on a CPU-only host, in a throwaway copy of the repo."""
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, copy_workflow, snakemake, tiny_config
+
+pytestmark = pytest.mark.workflow
+
+
+def test_default_config_dry_run_plans_every_stage():
+    proc = snakemake(REPO, "-n", "--quiet", "rules")
+    for rule in ("build_inputs", "compile_kernel", "run_fp8_e4m3", "run_cublas_bf16", "collect", "report"):
+        assert rule in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("edit,key", [
+    (lambda c: c["variants"]["fp8_e4m3"]["tolerance"].update(total_rel_fro=-1), "variants.fp8_e4m3.tolerance.total_rel_fro"),
+    (lambda c: c.update(seeed=1), "seeed"),
+    (lambda c: c["timing"].update(reps=5), "timing.reps"),
+    (lambda c: c["variants"].update(fp9_e9m9={"tolerance": {}}), "variants.fp9_e9m9"),
+    (lambda c: c["variants"]["fp8_e4m3"]["tiles"].update(default=["m64n64k64_s2"]), "variants.fp8_e4m3.tiles.default"),
+    (lambda c: c["sweeps"].update(cpu=["64x64"]), "sweeps.cpu.0"),
+])
+def test_config_errors_name_the_bad_key(tmp_path, edit, key):
+    cfg = tiny_config()
+    edit(cfg)
+    proc = snakemake(copy_workflow(tmp_path, cfg), "-n", check=False)
+    assert proc.returncode != 0
+    assert key in proc.stdout + proc.stderr
+
+
+def test_asking_for_an_absent_gpu_is_an_error(tmp_path):
+    cfg = tiny_config() | {"platform": "h200"}
+    proc = snakemake(copy_workflow(tmp_path, cfg), "-n", check=False)
+    assert proc.returncode != 0 and "h200" in proc.stdout + proc.stderr and "no GPU" in proc.stdout + proc.stderr
+
+
+def _mtimes(root):
+    return {p: p.stat().st_mtime_ns for p in (root / "results").rglob("*") if p.is_file() and "logs" not in p.parts}
+
+
+def test_tiny_cpu_run_then_rerun_one_variant(tiny_workflow):
+    wf = tiny_workflow
+    snakemake(wf)
+    res = wf / "results"
+    tidy = pd.read_csv(res / "cpu/tidy.csv")
+    assert set(tidy["variant"]) == {"fp8_e4m3", "cublas_bf16"}
+    assert set(tidy["shape"]) == {"64x128x128", "48x64x128"}
+    assert (tidy["tile"] == "emulated").all() and (tidy["status"] == "ok").all()
+    assert tidy["throughput"].isna().all()  # nothing is timed without a GPU
+    e4m3 = tidy[tidy["variant"] == "fp8_e4m3"]
+    assert e4m3["total_rel_fro"].between(0.02, 0.05).all() and (e4m3["kernel_rel_fro"] < 0.005).all()
+    assert pd.read_parquet(res / "cpu/tidy.parquet").shape == tidy.shape
+    cm = pd.read_csv(res / "cpu/compile_matrix.csv")
+    assert set(cm["status"]) == {"ok"} and set(cm["instructions"]) == {"wgmma"}
+    report = (res / "cpu/report.md").read_text()
+    assert "Not run on this host" in report and "fp8_e4m3" in report
+    assert (res / "cpu/figures/error.png").stat().st_size > 0
+    manifest = json.loads((res / "inputs/normal/64x128x128/manifest.json").read_text())
+    assert len(manifest["fp32"]["A"]["sha256"]) == 64
+
+    # a second run has nothing to do: kernels come from the project-local TileLang cache
+    assert "Nothing to be done" in snakemake(wf, "-n").stdout + snakemake(wf, "-n").stderr
+    assert any((wf / ".cache/tilelang").rglob("*.cu"))
+
+    before = _mtimes(wf)
+    target = res / "cpu/fp8_e4m3/normal/48x64x128.json"
+    snakemake(wf, "-f", str(target.relative_to(wf)))
+    snakemake(wf)  # bring the downstream tables up to date
+    changed = {p for p, t in _mtimes(wf).items() if before.get(p) != t}
+    downstream = {res / "cpu" / n for n in ("tidy.csv", "tidy.parquet", "compile_matrix.csv", "report.md")}
+    assert target in changed
+    assert changed - downstream - {target} - set((res / "cpu/figures").glob("*")) == set()
+
+    before = _mtimes(wf)
+    snakemake(wf, "--forcerun", "run_cublas_bf16")
+    changed = {p for p, t in _mtimes(wf).items() if before.get(p) != t}
+    runs = {p for p in changed if p.parent.parent.parent.name == "cpu" or "cublas_bf16" in p.parts}
+    assert {p for p in changed if "cublas_bf16" in p.parts} == set((res / "cpu/cublas_bf16").rglob("*.json"))
+    assert not any("fp8_e4m3" in p.parts for p in changed) and not any("inputs" in p.parts for p in changed)
+    assert runs
+
+
+def test_lint_is_clean():
+    proc = snakemake(REPO, "--lint", check=False)
+    assert proc.returncode == 0 and "Lints for" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_conda_env_pins_match_pyproject():
+    import re
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = {re.split(r"[<>=!]", d)[0].lower().replace("-", "_"): d for d in deps}
+    for env in (REPO / "envs").glob("*.yaml"):
+        spec = yaml.safe_load(env.read_text())["dependencies"]
+        flat = [d for d in spec if isinstance(d, str)] + [d for x in spec if isinstance(x, dict) for d in x["pip"]]
+        for d in flat:
+            name = re.split(r"[<>=!]", d)[0].lower().replace("-", "_")
+            if name in pins:
+                assert d == pins[name], f"{env.name}: {d} differs from pyproject's {pins[name]}"
