@@ -6,7 +6,8 @@
 # Results path grammar (everything under results/ is generated):
 #   results/inputs/{dist}/{M}x{N}x{K}/fp32.pt            unquantized A (M,K), B (N,K); manifest.json: sha256
 #   results/inputs/{dist}/{M}x{N}x{K}/formats/{fmt}.pt   quantized operands per input format
-#   results/{platform}/compile/{target}/{variant}/{tile}.json   compile record per shape (+ {tile}/{shape}/kernel.cu, .ptx)
+#   results/{platform}/compile/{variant}/{target}/{tile}.json   compile record per shape
+#   results/{platform}/compile/{variant}/artifacts/{target}/{tile}/{shape}/kernel.cu, kernel.ptx
 #   results/{platform}/{variant}/{dist}/{M}x{N}x{K}.json        one run: a row per tile (lib or emulated for baselines and CPU hosts)
 #   results/{platform}/ceilings.json                     copy bandwidth and library peaks (GPU hosts)
 #   results/{platform}/tidy.csv|parquet, compile_matrix.csv, report.md, figures/

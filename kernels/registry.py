@@ -16,7 +16,7 @@ import torch
 
 Operands = dict[str, torch.Tensor]
 
-FAMILY_MODULES = ("kernels.baselines", "kernels.fp8", "kernels.int4", "kernels.blockscaled")
+FAMILY_MODULES = ("kernels.baselines", "kernels.fp8", "kernels.int4", "kernels.blockscaled", "kernels.dequant")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def tiny_config() -> dict:
     cfg["platform"] = "cpu"
     cfg["distributions"] = ["normal"]
     cfg["targets"] = ["sm_90a"]
-    cfg["sweeps"] = {"cpu": ["64x128x128", "48x64x128"], "gpu": ["64x128x128"]}
+    cfg["sweeps"] = {"cpu": ["64x128x128", "48x64x128"], "gpu": ["64x128x128"], "cpu_compile": ["64x128x128"]}
     keep = {"fp8_e4m3", "cublas_bf16"}
     cfg["variants"] = {k: v for k, v in cfg["variants"].items() if k in keep}
     cfg["variants"]["fp8_e4m3"]["tiles"] = {"default": ["m64n64k64_s2_t128"]}

@@ -24,12 +24,14 @@ def validate_config(cfg):
         lines = [f"  {'.'.join(str(p) for p in e.path) or '(top level)'}: {e.message}" for e in errors]
         raise WorkflowError("invalid config:\n" + "\n".join(lines))
     for name, vcfg in cfg["variants"].items():
-        if name not in VARIANTS:
-            raise WorkflowError(f"invalid config:\n  variants.{name}: unknown variant; known: {', '.join(sorted(VARIANTS))}")
+        impl = vcfg.get("uses", name)
+        if impl not in VARIANTS:
+            key = f"variants.{name}.uses" if "uses" in vcfg else f"variants.{name}"
+            raise WorkflowError(f"invalid config:\n  {key}: unknown variant {impl!r}; known: {', '.join(sorted(VARIANTS))}")
         tiles = vcfg.get("tiles", {})
-        if VARIANTS[name].kernel is None and tiles:
+        if VARIANTS[impl].kernel is None and tiles:
             raise WorkflowError(f"invalid config:\n  variants.{name}.tiles: {name} is a library baseline and takes no tiles")
-        if VARIANTS[name].kernel is not None and not tiles:
+        if VARIANTS[impl].kernel is not None and not tiles:
             raise WorkflowError(f"invalid config:\n  variants.{name}.tiles: a TileLang variant needs at least one tile")
         for target, names in tiles.items():
             if target != "default" and target not in cfg["targets"]:
@@ -72,12 +74,22 @@ wildcard_constraints:
     tile="[a-z0-9_]+",
 
 
+def impl(entry):
+    """The registered variant a config entry runs (entries may reuse one under another sweep)."""
+    return VARIANTS[config["variants"][entry].get("uses", entry)]
+
+
 def is_tilelang(variant):
-    return VARIANTS[variant].kernel is not None
+    return impl(variant).kernel is not None
 
 
 def variant_shapes(variant):
     return config["variants"][variant].get("shapes", {}).get(HOST_KIND) or config["sweeps"][HOST_KIND]
+
+
+def compile_shapes(variant):
+    # a GPU host needs a kernel per shape it runs; a CPU host only proves each build
+    return config["sweeps"]["cpu_compile"] if RUN_ARCH is None else variant_shapes(variant)
 
 
 def tiles_for(variant, target):
@@ -87,7 +99,12 @@ def tiles_for(variant, target):
 
 def input_formats(shape):
     """Every input format some variant needs at this shape (one inputs job writes them all)."""
-    return sorted({VARIANTS[v].input_format for v in RUN_VARIANTS if shape in variant_shapes(v)})
+    return sorted({impl(v).input_format for v in RUN_VARIANTS if shape in variant_shapes(v)})
+
+
+def input_sets():
+    """Every (distribution, shape) some variant runs on."""
+    return sorted({(d, s) for v in RUN_VARIANTS for d in variant_dists(v) for s in variant_shapes(v)})
 
 
 def all_shapes():
@@ -95,7 +112,7 @@ def all_shapes():
 
 
 def compile_outputs():
-    return [f"results/{PLATFORM}/compile/{t}/{v}/{tile}.json"
+    return [f"results/{PLATFORM}/compile/{v}/{t}/{tile}.json"
             for v in RUN_VARIANTS if is_tilelang(v) for t in TARGETS for tile in tiles_for(v, t)]
 
 
@@ -111,7 +128,7 @@ SHARED_CODE = ["kernels/registry.py", "kernels/tiles.py"]
 
 
 def variant_code(variant, stage):
-    v = VARIANTS[variant]
+    v = impl(variant)
     own = {_module_file(f) for f in (v.launch, v.emulate, v.kernel) if f is not None}
     fmt = FORMATS[v.input_format]
     stage_code = {"compile": ["kernels/compile.py"],
@@ -125,17 +142,23 @@ def format_code(shape):
 
 
 def run_outputs():
-    return [f"results/{PLATFORM}/{v}/{d}/{s}.json" for v in RUN_VARIANTS for d in DISTS for s in variant_shapes(v)]
+    return [f"results/{PLATFORM}/{v}/{d}/{s}.json" for v in RUN_VARIANTS for d in variant_dists(v) for s in variant_shapes(v)]
+
+
+def variant_dists(variant):
+    return config["variants"][variant].get("distributions") or DISTS
 
 
 def run_inputs(variant):
+    """All shapes of one (variant, distribution): inputs, the code they depend on, compiled kernels."""
     def inputs(wc):
-        files = {"fp32": f"results/inputs/{wc.dist}/{wc.shape}/fp32.pt",
-                 "formats": f"results/inputs/{wc.dist}/{wc.shape}/formats",
-                 "manifest": f"results/inputs/{wc.dist}/{wc.shape}/manifest.json",
+        shapes = variant_shapes(variant)
+        files = {"fp32": [f"results/inputs/{wc.dist}/{s}/fp32.pt" for s in shapes],
+                 "formats": [f"results/inputs/{wc.dist}/{s}/formats" for s in shapes],
+                 "manifest": [f"results/inputs/{wc.dist}/{s}/manifest.json" for s in shapes],
                  "code": variant_code(variant, "run")}
         if RUN_ARCH is not None and is_tilelang(variant):
-            files["compiled"] = [f"results/{wc.platform}/compile/{RUN_ARCH}/{variant}/{t}.json"
+            files["compiled"] = [f"results/{wc.platform}/compile/{variant}/{RUN_ARCH}/{t}.json"
                                  for t in tiles_for(variant, RUN_ARCH)]
         return files
     return inputs

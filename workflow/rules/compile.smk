@@ -1,18 +1,26 @@
-# Stage 2: cross-compile every TileLang variant x tile for every configured target, on any host.
+# Stage 2: cross-compile each TileLang variant, every tile for every configured target, on any host
+# (one rule per variant, compile_<variant>; one process per variant keeps start-up costs down).
 # A target that cannot build a variant is recorded as unsupported (with the compiler's reason).
 
 
-rule compile_kernel:
-    input:
-        code=lambda wc: variant_code(wc.variant, "compile"),
-    output:
-        record="results/{platform}/compile/{target}/{variant}/{tile}.json",
-        artifacts=directory("results/{platform}/compile/{target}/{variant}/{tile}"),
-    params:
-        shapes=lambda wc: variant_shapes(wc.variant),
-    conda:
-        "../../envs/gpu.yaml"
-    log:
-        "results/logs/{platform}/compile/{target}/{variant}/{tile}.log",
-    script:
-        "../scripts/compile_kernel.py"
+for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
+
+    rule:
+        name:
+            f"compile_{_variant}"
+        input:
+            code=variant_code(_variant, "compile"),
+        output:
+            records=[f"results/{{platform}}/compile/{_variant}/{t}/{tile}.json"
+                     for t in TARGETS for tile in tiles_for(_variant, t)],
+            artifacts=directory(f"results/{{platform}}/compile/{_variant}/artifacts"),
+        params:
+            variant=impl(_variant).name,
+            jobs=[(t, tile) for t in TARGETS for tile in tiles_for(_variant, t)],
+            shapes=compile_shapes(_variant),
+        conda:
+            "../../envs/gpu.yaml"
+        log:
+            f"results/logs/{{platform}}/compile/{_variant}.log",
+        script:
+            "../scripts/compile_kernel.py"

@@ -1,6 +1,7 @@
-# Stage 3: run. One rule per variant (run_<variant>), so `--forcerun run_fp8_e4m3` reruns one variant.
-# On a GPU host: correctness, then timing, of each tile compiled for this GPU's arch. On a CPU-only
-# host: the variant's arithmetic emulated in torch, error metrics only.
+# Stage 3: run. One rule per variant (run_<variant>), so `--forcerun run_fp8_e4m3` reruns one variant;
+# one job covers a variant's whole shape sweep for one distribution (one process start, one CUDA
+# context), writing a file per shape. On a GPU host: correctness, then timing, of each tile compiled
+# for this GPU's arch. On a CPU-only host: the variant's arithmetic emulated in torch, errors only.
 
 
 for _variant in RUN_VARIANTS:
@@ -11,9 +12,11 @@ for _variant in RUN_VARIANTS:
         input:
             unpack(run_inputs(_variant)),
         output:
-            f"results/{{platform}}/{_variant}/{{dist}}/{{shape}}.json",
+            [f"results/{{platform}}/{_variant}/{{dist}}/{shape}.json" for shape in variant_shapes(_variant)],
         params:
-            variant=_variant,
+            variant=impl(_variant).name,
+            entry=_variant,
+            shapes=variant_shapes(_variant),
             arch=RUN_ARCH,
             tiles=tiles_for(_variant, RUN_ARCH) if RUN_ARCH else [],
             tolerance=config["variants"][_variant]["tolerance"],
@@ -23,7 +26,7 @@ for _variant in RUN_VARIANTS:
         conda:
             "../../envs/gpu.yaml"
         log:
-            f"results/logs/{{platform}}/{_variant}/{{dist}}/{{shape}}.log",
+            f"results/logs/{{platform}}/{_variant}/{{dist}}.log",
         script:
             "../scripts/run_variant.py"
 

@@ -1,4 +1,4 @@
-# Compile one variant x tile for one target at every shape of the sweep; record, never crash.
+# Compile one variant: every (target, tile) at every shape; record each outcome, never crash.
 import sys
 
 sys.path.insert(0, snakemake.scriptdir)
@@ -11,15 +11,14 @@ from kernels.compile import compile_record  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
 from kernels.tiles import parse_shape, parse_tile  # noqa: E402
 
-wc = snakemake.wildcards
-variant = get_variant(wc.variant)
-tile = parse_tile(wc.tile)
+p = snakemake.params
+variant = get_variant(p.variant)
 artifacts = Path(snakemake.output.artifacts)
-artifacts.mkdir(parents=True, exist_ok=True)
-records = []
-for shape in snakemake.params.shapes:
-    M, N, K = parse_shape(shape)
-    rec = compile_record(variant, M, N, K, tile, wc.target, artifacts / shape)
-    print(shape, rec["status"], rec.get("reason", ""), rec.get("compile_s"))
-    records.append(rec | {"shape": shape})
-write_json(snakemake.output.record, {"variant": wc.variant, "target": wc.target, "tile": wc.tile, "records": records})
+for (target, tile_name), out in zip(p.jobs, snakemake.output.records):
+    tile = parse_tile(tile_name)
+    records = []
+    for shape in p.shapes:
+        rec = compile_record(variant, *parse_shape(shape), tile, target, artifacts / target / tile_name / shape)
+        print(target, tile_name, shape, rec["status"], rec.get("reason", ""), rec.get("compile_s"), flush=True)
+        records.append(rec | {"shape": shape})
+    write_json(out, {"variant": variant.name, "target": target, "tile": tile_name, "records": records})

@@ -2,11 +2,13 @@
 import sys
 
 sys.path.insert(0, snakemake.scriptdir)
-from script_setup import setup, write_json  # noqa: E402
+from script_setup import gpu_lock, setup, write_json  # noqa: E402
 
-setup(snakemake)
+repo = setup(snakemake)
 from kernels.ceilings import measure_ceilings  # noqa: E402
 from kernels.device import check_platform, environment_tags  # noqa: E402
 
 check_platform(snakemake.wildcards.platform, snakemake.params.arch)
-write_json(snakemake.output[0], {"env": environment_tags(), "ceilings": measure_ceilings(snakemake.params.reps)})
+with gpu_lock(repo):
+    ceilings = measure_ceilings(snakemake.params.reps)
+write_json(snakemake.output[0], {"env": environment_tags(), "ceilings": ceilings})

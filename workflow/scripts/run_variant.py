@@ -2,9 +2,9 @@
 import sys
 
 sys.path.insert(0, snakemake.scriptdir)
-from script_setup import setup, write_json  # noqa: E402
+from script_setup import gpu_lock, setup, write_json  # noqa: E402
 
-setup(snakemake)
+repo = setup(snakemake)
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -17,19 +17,25 @@ from kernels.tiles import parse_shape, parse_tile  # noqa: E402
 wc, p = snakemake.wildcards, snakemake.params
 variant = get_variant(p.variant)
 check_platform(wc.platform, p.arch)
-manifest = json.loads(Path(snakemake.input.manifest).read_text())
-raw = load_operands(Path(snakemake.input.fp32), manifest["fp32"])
-ops = load_operands(Path(snakemake.input.formats) / f"{variant.input_format}.pt", manifest["formats"][variant.input_format])
-if p.arch is None:
-    rows = run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance)
-else:
-    rows = run_gpu(variant, raw["A"], raw["B"], ops, [parse_tile(t) for t in p.tiles], p.arch, p.tolerance,
-                   reps=p.timing["reps"], warmup=p.timing["warmup"])
-M, N, K = parse_shape(wc.shape)
-point = {"platform": wc.platform, "target": p.arch or "cpu", "variant": variant.name, "family": variant.family,
-         "dist": wc.dist, "shape": wc.shape, "M": M, "N": N, "K": K, "input_format": variant.input_format,
-         "ops_unit": variant.ops_unit, "ceiling": variant.ceiling,
-         "input_sha256": {k: v["sha256"] for k, v in manifest["formats"][variant.input_format].items()}}
-for r in rows:
-    print(r.get("tile"), r.get("status"), r.get("reason"), r.get("throughput"))
-write_json(snakemake.output[0], {"point": point, "env": environment_tags(), "tolerance": p.tolerance, "rows": rows})
+tiles = [parse_tile(t) for t in p.tiles]
+for shape, fp32, formats, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
+                                                    snakemake.input.manifest, snakemake.output):
+    manifest = json.loads(Path(manifest_file).read_text())
+    raw = load_operands(Path(fp32), manifest["fp32"])
+    fmt = manifest["formats"][variant.input_format]
+    ops = load_operands(Path(formats) / f"{variant.input_format}.pt", fmt)
+    if p.arch is None:
+        rows = run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance)
+    else:
+        with gpu_lock(repo):
+            rows = run_gpu(variant, raw["A"], raw["B"], ops, tiles, p.arch, p.tolerance,
+                           reps=p.timing["reps"], warmup=p.timing["warmup"])
+    M, N, K = parse_shape(shape)
+    point = {"platform": wc.platform, "target": p.arch or "cpu", "variant": variant.name, "entry": p.entry, "family": variant.family,
+             "dist": wc.dist, "shape": shape, "M": M, "N": N, "K": K, "input_format": variant.input_format,
+             "ops_unit": variant.ops_unit, "ceiling": variant.ceiling,
+             "input_sha256": {k: v["sha256"] for k, v in fmt.items()}}
+    for r in rows:
+        print(shape, r.get("tile"), r.get("status"), r.get("reason"), r.get("throughput"), flush=True)
+    write_json(out, {"point": point, "env": environment_tags(), "tolerance": p.tolerance, "rows": rows})
+    del raw, ops

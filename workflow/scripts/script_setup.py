@@ -1,6 +1,8 @@
 """Shared start of every workflow script: import path and log redirection."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import sys
@@ -22,6 +24,20 @@ def setup(snakemake) -> Path:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
     return repo
+
+
+@contextlib.contextmanager
+def gpu_lock(repo: Path):
+    """Hold an exclusive lock while timing on the GPU: a second line of defence should GPU jobs be
+    scheduled concurrently (e.g. a run without the default profile's gpu=1 resource)."""
+    lock = repo / ".snakemake" / "gpu.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def write_json(path, obj) -> None:

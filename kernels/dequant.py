@@ -1,0 +1,524 @@
+"""Dequantize GEMM family (W4A16): C (M,N) = A · Ŵᵀ, A bf16 (M,K), W 4-bit (N,K) with group scales.
+
+Only the weight is quantized; A is rounded to bf16. The weight is stored packed, two 4-bit codes per
+byte along K (element 2i in the low nibble, 2i+1 in the high nibble, as the seed's ``pack_int4``),
+as int8 of shape (N, K/2). Scales (and zero points) are stored group-major, shape (K/group, N), so
+that one K block's scales for a tile of weight rows are one contiguous TMA box.
+
+Formats (``dequantize`` gives the exact real value code·scale in float64):
+- ``w4_int4_sym_g128``: q in [-8,7] (two's complement nibbles), bf16 scale = amax/7 per 128 K.
+- ``w4_uint4_zp_g128``: codes c in [0,15], bf16 scale = (max-min)/15 and bf16 zero point
+  z = round(-min/scale) per 128 K (min/max include 0, so z is an integer code); value (c - z)·scale.
+- ``w4_e2m1_g32``: fp4 e2m1 codes (sign bit 3), bf16 scale = amax/6 per 32 K.
+- ``w4_mxfp4``: OCP MX fp4: e2m1 codes, one E8M0 scale per 32 K stored as uint8 (bias 127);
+  shared exponent = floor(log2 amax) - 2, codes saturate at ±6.
+
+Kernel (one per format, ``dequant_<format>``), sm_90a: the weight-as-left-operand form
+Cᵀ = Ŵ · Aᵀ. Each consumer warpgroup owns 64 weight rows: it decodes its packed bytes from shared
+memory straight into the register fragment of ``wgmma``'s A operand (``wgmma_rs``), while the
+activation tile (block_M rows, zero-filled past M by TMA) is the B operand from shared memory. So
+block_M is the wgmma N (16 for decode, 256 for prefill) and the weights are never written back to
+shared memory in bf16. Decode order (the emulation mirrors it): code -> exact small value v (bf16),
+then one ``fma.rn.bf16x2`` v·scale + (-0): Ŵ = bf16_rn(v · scale), a single rounding of the exact
+product; int4 values are made exact with the 0x4300 magic number, e2m1 values come from a byte
+lookup table (code 0 -> +0.0). Accumulation is fp32 in wgmma, the output is rounded to bf16 once.
+The same prim_func builds for sm_89 and sm_100a with bf16 ``mma.sync`` (untuned there). The wgmma
+waits at every K block (``T.gemm``). An overlapped schedule (double-buffered fragments, async
+``T.wgmma_gemm``) is not used: TileLang's pipeline frees a stage's shared buffers right after
+their last use in program order, before a later ``T.wait_wgmma``, so the activation tile would
+need a private copy, and with that copy ptxas serialized the wgmmas anyway (warning C7514).
+
+Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow``;
+the warps must lie along the weight rows (``_wrow``). K must be a multiple of block_K, and block_K a
+multiple or a divisor of the group. TileLang evaluates a prim_func's annotations with the factory's
+closure variables, so this module must not use ``from __future__ import annotations``.
+"""
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from kernels.int4 import pack_int4, unpack_int4
+from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.tiles import Tile
+
+
+def pack_codes(codes: torch.Tensor) -> torch.Tensor:
+    """Pack unsigned 4-bit codes (0..15, any integer dtype) with pack_int4's nibble order."""
+    c = codes.to(torch.int16)
+    if c.numel() and (int(c.min()) < 0 or int(c.max()) > 15):
+        raise ValueError("pack_codes: codes must lie in [0, 15]")
+    return pack_int4(torch.where(c >= 8, c - 16, c).to(torch.int8))  # same low 4 bits
+
+
+def unpack_codes(p: torch.Tensor) -> torch.Tensor:
+    """Unsigned 4-bit codes (int16, 0..15) of a packed tensor."""
+    return unpack_int4(p).to(torch.int16) & 0x0F
+
+
+# e2m1 (fp4, 1 sign, 2 exponent bits with bias 1, 1 mantissa bit): code -> value. Code 0 is +0.0,
+# code 1 is the subnormal 0.5 (the formula 2^(e-1)·(1+m/2) is wrong for e = 0).
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+E2M1_MAX = 6.0
+E2M1_EMAX = 2  # exponent of the largest e2m1 normal (6 = 1.5·2^2), OCP MX's emax_elem
+# rounding boundaries between consecutive e2m1 magnitudes; ties go to the even code
+_E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+E8M0_BIAS = 127
+E8M0_NAN = 255
+
+_QUANT_ROWS = 1024  # quantize the weight in row chunks to bound the temporaries' memory
+
+
+def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
+    """Round to the nearest e2m1 value (ties to even code), saturating at ±6; returns uint8 codes.
+
+    The sign is taken from the sign bit, so -0.0 and tiny negatives give code 8 (-0.0).
+    """
+    a = x.abs().float()
+    mids = torch.tensor(_E2M1_MIDPOINTS, dtype=torch.float32, device=x.device)
+    idx = torch.bucketize(a, mids)  # number of midpoints strictly below a: a tie lands on the lower code
+    tie = mids[idx.clamp(max=len(_E2M1_MIDPOINTS) - 1)] == a
+    idx = torch.where(tie & (idx % 2 == 1), idx + 1, idx)
+    return (idx + 8 * torch.signbit(x).to(idx.dtype)).to(torch.uint8)
+
+
+def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
+    """Codes (any integer dtype, 0..15) -> float32 values by table lookup."""
+    table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)
+    return table[codes.long()]
+
+
+def e8m0_decode(e: torch.Tensor) -> torch.Tensor:
+    """E8M0 codes (uint8) -> float32 2^(e-127), built from the exponent bits (exact on every device); 255 is NaN."""
+    e32 = e.to(torch.int32)
+    s = (e32 << 23).view(torch.float32)
+    s = torch.where(e32 == 0, torch.full_like(s, 2.0**-127), s)  # the one subnormal code
+    return torch.where(e32 == E8M0_NAN, torch.full_like(s, float("nan")), s)
+
+
+@dataclass(frozen=True)
+class W4Format:
+    name: str
+    codes: str  # "int4" (two's complement) | "uint4_zp" | "e2m1"
+    scale: str  # "bf16" | "e8m0"
+    group: int
+    kind: int  # selects the CUDA decoder (dq_decode_fragment's KIND)
+    description: str
+
+    @property
+    def has_zeros(self) -> bool:
+        return self.codes == "uint4_zp"
+
+
+W4_FORMATS = {
+    f.name: f
+    for f in (
+        W4Format("w4_int4_sym_g128", "int4", "bf16", 128, 0,
+                 "int4 q in [-8,7] packed two per byte along K; bf16 scale amax/7 per 128 K, shape (K/128, N)"),
+        W4Format("w4_uint4_zp_g128", "uint4_zp", "bf16", 128, 1,
+                 "uint4 codes with bf16 scale (max-min)/15 and bf16 integer zero point per 128 K, "
+                 "value (c - z)·s; scales and zeros (K/128, N)"),
+        W4Format("w4_e2m1_g32", "e2m1", "bf16", 32, 2,
+                 "fp4 e2m1 codes packed two per byte along K; bf16 scale amax/6 per 32 K, shape (K/32, N)"),
+        W4Format("w4_mxfp4", "e2m1", "e8m0", 32, 3,
+                 "OCP MX fp4: e2m1 codes, E8M0 scale (uint8, bias 127) per 32 K, shape (K/32, N); "
+                 "exponent floor(log2 amax) - 2, codes saturate at ±6"),
+    )
+}
+
+
+def _check_weight(B: torch.Tensor, fmt: W4Format) -> None:
+    if B.ndim != 2 or not B.is_floating_point():
+        raise TypeError(f"{fmt.name}: the weight must be a 2-D floating-point tensor, got {B.dtype} {tuple(B.shape)}")
+    if B.shape[1] % fmt.group:
+        raise ValueError(f"{fmt.name}: K={B.shape[1]} must be a multiple of the group size {fmt.group}")
+    if not bool(torch.isfinite(B).all()):
+        raise ValueError(f"{fmt.name}: the weight contains NaN or Inf")
+
+
+def _quantize_rows(Bg: torch.Tensor, fmt: W4Format) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One chunk of rows viewed as (rows, K/g, g) float32 -> (codes (rows, K), scales, zeros) per group."""
+    rows, ngroups, g = Bg.shape
+    zeros = None
+    if fmt.codes == "int4":
+        scale = (Bg.abs().amax(-1) / 7).to(torch.bfloat16)
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale)  # an all-zero group: any scale works
+        codes = torch.round(Bg / scale.float()[..., None]).clamp(-8, 7)
+    elif fmt.codes == "uint4_zp":
+        lo = Bg.amin(-1).clamp(max=0)
+        hi = Bg.amax(-1).clamp(min=0)
+        scale = ((hi - lo) / 15).to(torch.bfloat16)
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+        zero = torch.round(-lo / scale.float()).clamp(0, 15)
+        codes = (torch.round(Bg / scale.float()[..., None]) + zero[..., None]).clamp(0, 15)
+        zeros = zero.to(torch.bfloat16)  # small integers: exact
+    elif fmt.scale == "bf16":  # e2m1 with a bf16 scale
+        scale = (Bg.abs().amax(-1) / E2M1_MAX).to(torch.bfloat16)
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+        codes = e2m1_encode(Bg / scale.float()[..., None])
+    else:  # OCP MX: power-of-two scale 2^(floor(log2 amax) - emax_elem)
+        amax = Bg.abs().amax(-1)
+        _, ex = torch.frexp(amax)  # amax = m·2^ex, m in [0.5, 1): floor(log2 amax) = ex - 1, exactly
+        e = torch.where(amax > 0, ex - 1 - E2M1_EMAX + E8M0_BIAS, torch.full_like(ex, E8M0_BIAS))
+        e = e.clamp(1, 254)  # 0 (a subnormal bf16 scale) and 255 (NaN) are never produced
+        scale = e.to(torch.uint8)
+        codes = e2m1_encode(Bg / e8m0_decode(e)[..., None])
+    return codes.reshape(rows, ngroups * g), scale, zeros
+
+
+def quantize_weight(B: torch.Tensor, fmt: W4Format) -> Operands:
+    """Deterministic group quantization of the weight B (N, K) -> {"B", "scales"[, "zeros"]}."""
+    _check_weight(B, fmt)
+    N, K = B.shape
+    packed, scales, zeros = [], [], []
+    for r0 in range(0, N, _QUANT_ROWS):
+        Bg = B[r0:r0 + _QUANT_ROWS].float().reshape(-1, K // fmt.group, fmt.group)
+        codes, s, z = _quantize_rows(Bg, fmt)
+        if fmt.codes == "int4":
+            packed.append(pack_int4(codes.to(torch.int8)))
+        else:
+            packed.append(pack_codes(codes))
+        scales.append(s)
+        zeros.append(z)
+    ops = {"B": torch.cat(packed), "scales": torch.cat(scales).T.contiguous()}
+    if fmt.has_zeros:
+        ops["zeros"] = torch.cat(zeros).T.contiguous()
+    return ops
+
+
+def _quantize(A: torch.Tensor, B: torch.Tensor, fmt: W4Format) -> Operands:
+    return {"A": A.to(torch.bfloat16).contiguous(), **quantize_weight(B, fmt)}
+
+
+def _per_element(t: torch.Tensor, group: int) -> torch.Tensor:
+    """Group-major (K/g, N) -> per element (N, K)."""
+    return t.T.repeat_interleave(group, dim=1)
+
+
+def weight_values(ops: Operands, fmt: W4Format) -> torch.Tensor:
+    """The small exact value each code stands for before scaling (float32, (N, K)): q, c - z or e2m1."""
+    if fmt.codes == "int4":
+        return unpack_int4(ops["B"]).float()
+    codes = unpack_codes(ops["B"])
+    if fmt.codes == "uint4_zp":
+        return codes.float() - _per_element(ops["zeros"], fmt.group).float()
+    return e2m1_decode(codes)
+
+
+def weight_scales(ops: Operands, fmt: W4Format) -> torch.Tensor:
+    """Per-element scales (N, K) float32 (bf16 and power-of-two scales are exact in float32)."""
+    s = ops["scales"]
+    s = e8m0_decode(s) if fmt.scale == "e8m0" else s.float()
+    return _per_element(s, fmt.group)
+
+
+def dequantize_weight(ops: Operands, fmt: W4Format) -> torch.Tensor:
+    """Exact real weight value·scale in float64, (N, K)."""
+    return weight_values(ops, fmt).double() * weight_scales(ops, fmt).double()
+
+
+def decode_weight_bf16(ops: Operands, fmt: W4Format) -> torch.Tensor:
+    """The bf16 weight the kernel multiplies: bf16_rn(value · scale), one rounding.
+
+    value·scale has at most 4 + 8 significant bits, so the float32 product is exact and the single
+    float32 -> bf16 rounding equals the kernel's fma.rn.bf16x2. Device-agnostic (used on the GPU by
+    the torch baselines).
+    """
+    return (weight_values(ops, fmt) * weight_scales(ops, fmt)).to(torch.bfloat16)
+
+
+def _dequantize(ops: Operands, fmt: W4Format) -> tuple[torch.Tensor, torch.Tensor]:
+    return ops["A"].double(), dequantize_weight(ops, fmt)
+
+
+def emulate_dequant_gemm(ops: Operands, fmt: W4Format) -> torch.Tensor:
+    """The kernels' arithmetic on the CPU: bf16 decoded weights, fp32 accumulation, one bf16 rounding."""
+    w = decode_weight_bf16(ops, fmt)
+    return (ops["A"].float() @ w.float().T).to(torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA decoder, pasted into the kernel with T.import_source and called with T.call_extern.
+# It also compiles as host C++ (the tests run it on the CPU): the two device instructions it needs,
+# prmt and fma.rn.bf16x2, have host stand-ins; a host build must define dq_host_fma_bf16x2 first.
+DECODE_CUDA_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#ifdef __CUDACC__
+#define DQ_FN __device__ __forceinline__
+#else
+#define DQ_FN static inline
+#endif
+
+// byte permute: result byte i = byte sel[4i+2:4i] of the 8-byte value {b, a} (selectors < 8 only)
+DQ_FN uint32_t dq_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(a, b, sel);
+#else
+  uint64_t x = ((uint64_t)b << 32) | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= (uint32_t)((x >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+#endif
+}
+
+// two bf16 lanes: a * b + c with one round-to-nearest-even
+DQ_FN uint32_t dq_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  return dq_host_fma_bf16x2(a, b, c);
+#endif
+}
+
+DQ_FN uint32_t dq_float_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+DQ_FN float dq_bits_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+DQ_FN void dq_load16(const uint8_t* p, uint32_t w[4]) {
+#ifdef __CUDA_ARCH__
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+#else
+  memcpy(w, p, 16);
+#endif
+}
+
+// Decode one K block of packed 4-bit weights from shared memory into this thread's part of the
+// tensor-core A-operand register fragment (bf16 pairs as uint32). (This source must not name the
+// matrix instructions: the compile step classifies kernels by searching their source for them.)
+//   KIND 0: int4 two's complement, scale bf16; 1: uint4 with bf16 zero point z, scale bf16;
+//        2: e2m1, scale bf16; 3: e2m1, scale E8M0 (uint8).
+//   packed: BN rows x BK/2 bytes, row-major; scales/zeros: SG x BN (SG = K groups in the block).
+//   tid: thread index among the consumer threads (one warpgroup per 64 weight rows).
+// Fragment (the layout annotated on the TileLang side): thread tid holds rows
+// r_h = 16*(tid/32) + (tid%32)/4 + 8h and, for every 8-wide K chunk c, the pair k = 8c + 2t, 8c + 2t + 1
+// (t = tid%4) -- that pair is byte 4c + t of the row, i.e. byte t of 32-bit word c -- as frag[2c + h].
+template <int KIND, int BK, int GROUP, int BN>
+DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scales_, const void* zeros_, int tid) {
+  static_assert(BK % 32 == 0, "BK must be a multiple of 32 (16-byte row loads)");
+  static_assert(BK % GROUP == 0 || GROUP % BK == 0, "BK and GROUP must divide one another");
+  constexpr int SG = BK >= GROUP ? BK / GROUP : 1;
+  uint32_t* frag = reinterpret_cast<uint32_t*>(frag_);
+  const uint8_t* packed = reinterpret_cast<const uint8_t*>(packed_);
+  const uint32_t t = (uint32_t)(tid & 3);
+  const int row0 = (tid >> 5) * 16 + ((tid & 31) >> 2);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    uint32_t scale2[SG], offset2[SG];
+#pragma unroll
+    for (int sg = 0; sg < SG; ++sg) {
+      uint32_t s;
+      if (KIND == 3) {
+        const uint32_t e = reinterpret_cast<const uint8_t*>(scales_)[sg * BN + row];
+        s = e == 0 ? 0x0040u : (e == 255 ? 0x7FC0u : (e << 7));  // bf16 bits of 2^(e-127)
+      } else {
+        s = reinterpret_cast<const uint16_t*>(scales_)[sg * BN + row];
+      }
+      scale2[sg] = s | (s << 16);
+      if (KIND == 1) {
+        // -(128 + z) in both lanes: a small integer, exact in bf16
+        const float z = dq_bits_float((uint32_t)reinterpret_cast<const uint16_t*>(zeros_)[sg * BN + row] << 16);
+        const uint32_t o = dq_float_bits(-(128.0f + z)) >> 16;
+        offset2[sg] = o | (o << 16);
+      } else {
+        offset2[sg] = 0xC308C308u;  // -136 = -(128 + 8): z = 8 for the XOR-biased int4 code
+      }
+    }
+    const uint8_t* rowp = packed + row * (BK / 2);
+#pragma unroll
+    for (int q = 0; q < BK / 32; ++q) {
+      uint32_t w[4];
+      dq_load16(rowp + 16 * q, w);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = 4 * q + i;
+        const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
+        uint32_t v;
+        if (KIND <= 1) {
+          // x: byte 0 = byte t of w, byte 2 = byte t of w >> 4, so the masked lanes hold the low
+          // and the high nibble at bits 0-3 of each half. OR-ing 0x4300 gives bf16 128 + c (c sits
+          // in the mantissa: exact); XOR-ing 8 as well turns a two's complement nibble q into
+          // c = q + 8. Then 1 * y + (-(128 + z)) = c - z exactly (z = 8 for int4).
+          const uint32_t x = dq_prmt(w[i], w[i] >> 4, t | (t << 4) | ((t + 4) << 8) | ((t + 4) << 12));
+          const uint32_t y = (x & 0x000F000Fu) ^ (KIND == 0 ? 0x43084308u : 0x43004300u);
+          v = dq_fma_bf16x2(y, 0x3F803F80u, offset2[sg]);
+        } else {
+          // e2m1: byte tables of the bf16 bits of the magnitudes {0,.5,1,1.5,2,3,4,6}, selected by
+          // the 3 magnitude bits of each nibble; the sign bit (3 of each nibble) goes to bit 15.
+          const uint32_t b = dq_prmt(w[i], 0u, t | 0x4440u);
+          const uint32_t sel = b & 0x77u;
+          const uint32_t hi = dq_prmt(0x3F3F3F00u, 0x40404040u, sel);
+          const uint32_t lo = dq_prmt(0xC0800000u, 0xC0804000u, sel);
+          v = dq_prmt(lo, hi, 0x5140u) | (((b << 12) | (b << 24)) & 0x80008000u);
+        }
+        frag[2 * c + h] = dq_fma_bf16x2(v, scale2[sg], 0x80008000u);  // v * s + (-0): one rounding
+      }
+    }
+  }
+}
+"""
+
+
+def fragment_thread(i, j):
+    """Thread owning element (i, j) of the decoded weight fragment (wgmma A operand, 64 rows per warpgroup)."""
+    return i // 16 * 32 + i % 8 * 4 + j % 8 // 2
+
+
+def fragment_index(i, j):
+    """Register slot of element (i, j) in its thread's fragment (bf16 units)."""
+    return j // 8 * 4 + i % 16 // 8 * 2 + j % 2
+
+
+def check_tile(fmt: W4Format, K: int, tile: Tile) -> None:
+    """Raise ValueError when the tile does not fit the weight-as-left-operand kernel."""
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    problems = []
+    if tile.policy != "FullRow":
+        problems.append("the warps must lie along the weight rows: use a _wrow tile")
+    if bN % 64 or tile.threads != 128 * (bN // 64):
+        problems.append(f"block_N (weight rows) must be 64 per consumer warpgroup: threads = 128·block_N/64 "
+                        f"= {128 * max(bN // 64, 1)}, got block_N={bN}, threads={tile.threads}")
+    if bM % 8 or not 8 <= bM <= 256:
+        problems.append(f"block_M (rows of A, the wgmma N) must be a multiple of 8 in [8, 256], got {bM}")
+    if bK % 32 or bK > 512:
+        problems.append(f"block_K must be a multiple of 32 and at most 512, got {bK}")
+    if bK % fmt.group and fmt.group % bK:
+        problems.append(f"block_K={bK} and the group size {fmt.group} must divide one another")
+    if K % bK:
+        problems.append(f"K={K} must be a multiple of block_K={bK}")
+    if problems:
+        raise ValueError(f"tile {tile.name} does not fit {fmt.name}: " + "; ".join(problems))
+
+
+def dequant_gemm_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
+    """TileLang W4A16 GEMM, weight-as-left-operand: Cᵀ tile (block_N x block_M) = Ŵ tile · A tileᵀ.
+
+    Per K block: TMA brings A (block_M, block_K) bf16, the packed weight (block_N, block_K/2) and
+    the group scales (and zeros) into shared memory (warp-specialized pipeline); every consumer
+    thread decodes its fragment with the CUDA decoder; ``wgmma_rs`` multiplies and waits. The fp32
+    tile is transposed into shared memory as bf16 and stored to C (M, N); TMA zero-fills A rows
+    and clips C rows past M.
+    """
+    import tilelang.language as T
+    from tilelang.layout import make_linear_layout
+
+    check_tile(fmt, K, tile)
+    bM, bN, bK, G = tile.block_M, tile.block_N, tile.block_K, fmt.group
+    groups_per_block = max(bK // G, 1)
+    scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
+    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}>"
+    zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "bfloat16"),
+        B: T.Tensor((N, K // 2), "int8"),
+        S: T.Tensor((K // G, N), scale_dtype),
+        Z: T.Tensor(zeros_shape, "bfloat16"),
+        C: T.Tensor((M, N), "bfloat16"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
+            A_shared = T.alloc_shared((bM, bK), "bfloat16")
+            B_shared = T.alloc_shared((bN, bK // 2), "int8")
+            S_shared = T.alloc_shared((groups_per_block, bN), scale_dtype)
+            W_frag = T.alloc_fragment((bN, bK), "bfloat16")
+            Ct_frag = T.alloc_fragment((bN, bM), "float32")
+            C_shared = T.alloc_shared((bM, bN), "bfloat16")
+            tx = T.get_thread_binding()
+            T.import_source(DECODE_CUDA_SOURCE)
+            # The decoder writes the fragment and reads the shared tiles through raw pointers, so
+            # their layouts are pinned here: the fragment to wgmma's A layout (layout inference
+            # rejects the kernel if T.gemm wanted another), the shared tiles to row-major.
+            layouts = {
+                W_frag: T.Fragment((bN, bK), forward_thread_fn=fragment_thread, forward_index_fn=fragment_index),
+                B_shared: make_linear_layout(B_shared),
+                S_shared: make_linear_layout(S_shared),
+            }
+            if fmt.has_zeros:
+                Z_shared = T.alloc_shared((groups_per_block, bN), "bfloat16")
+                layouts[Z_shared] = make_linear_layout(Z_shared)
+            T.annotate_layout(layouts)
+            if tile.swizzle:
+                T.use_swizzle(tile.swizzle)
+            T.clear(Ct_frag)
+            for k in T.Pipelined(K // bK, num_stages=tile.num_stages):
+                T.copy(A[by * bM, k * bK], A_shared)
+                T.copy(B[bx * bN, k * (bK // 2)], B_shared)
+                T.copy(S[k * bK // G, bx * bN], S_shared)
+                if fmt.has_zeros:
+                    T.copy(Z[k * bK // G, bx * bN], Z_shared)
+                # without zero points the decoder's zeros pointer is an unread stand-in (S_shared); no
+                # alias variable: TileLang would name the buffer after it in the generated source
+                T.call_extern("handle", decoder, T.address_of(W_frag[0, 0]), T.address_of(B_shared[0, 0]),
+                              T.address_of(S_shared[0, 0]),
+                              T.address_of((Z_shared if fmt.has_zeros else S_shared)[0, 0]), tx)
+                T.gemm(W_frag, A_shared, Ct_frag, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(bN, bM):
+                C_shared[j, i] = Ct_frag[i, j]
+            T.copy(C_shared, C[by * bM, bx * bN])
+
+    return main
+
+
+def _zeros_operand(ops: Operands, fmt: W4Format) -> torch.Tensor:
+    if fmt.has_zeros:
+        return ops["zeros"]
+    # the kernel signature is the same for every format; an unread one-element dummy stands in for
+    # the zeros (torch.empty launches no kernel, so it adds nothing to the timed kernel time)
+    return torch.empty(1, dtype=torch.bfloat16, device=ops["A"].device)
+
+
+def _launch_tilelang(kernel, ops: Operands, fmt: W4Format) -> torch.Tensor:
+    return kernel(ops["A"], ops["B"], ops["scales"], _zeros_operand(ops, fmt))
+
+
+def _launch_torch(kernel, ops: Operands, fmt: W4Format) -> torch.Tensor:
+    # torch ops decode the whole weight to bf16, then cuBLAS multiplies
+    return torch.matmul(ops["A"], decode_weight_bf16(ops, fmt).T)
+
+
+# sm_90a: bf16 wgmma with A from registers (the decoded weight fragment). sm_89 and sm_100a build the
+# same kernel with bf16 mma.sync (the per-warp A fragment layout is the same); not tuned there.
+WGMMA_RS_BF16 = r"wgmma_rs<tl::DataType::kBFloat16, tl::DataType::kBFloat16, tl::DataType::kFloat32"
+MMA_SYNC_BF16 = r"mma_sync<tl::DataType::kBFloat16, tl::DataType::kBFloat16, tl::DataType::kFloat32"
+
+for _fmt in W4_FORMATS.values():
+    register_format(
+        Format(
+            name=_fmt.name,
+            quantize=partial(_quantize, fmt=_fmt),
+            dequantize=partial(_dequantize, fmt=_fmt),
+            description=f"A bf16; weight {_fmt.description}",
+        )
+    )
+    register_variant(
+        Variant(
+            name=f"dequant_{_fmt.name}",
+            family="dequant",
+            input_format=_fmt.name,
+            emulate=partial(emulate_dequant_gemm, fmt=_fmt),
+            launch=partial(_launch_tilelang, fmt=_fmt),
+            kernel=partial(dequant_gemm_kernel, fmt=_fmt),
+            out_idx=(4,),
+            baseline="cublas_bf16",
+            instructions={"sm_90a": WGMMA_RS_BF16, "sm_89": MMA_SYNC_BF16, "sm_100a": MMA_SYNC_BF16},
+            description=(
+                f"TileLang W4A16 ({_fmt.name}): packed weight decoded in registers straight into the "
+                "wgmma_rs A operand (Cᵀ = Ŵ·Aᵀ), bf16_rn(value·scale), fp32 accumulation, bf16 out"
+            ),
+        )
+    )
+    register_variant(
+        Variant(
+            name=f"torch_dequant_matmul_{_fmt.name}",
+            family="dequant",
+            input_format=_fmt.name,
+            emulate=partial(emulate_dequant_gemm, fmt=_fmt),
+            launch=partial(_launch_torch, fmt=_fmt),
+            baseline="cublas_bf16",
+            description=f"torch ops decode the {_fmt.name} weight to bf16 (bf16_rn(value·scale)), then torch.matmul",
+        )
+    )

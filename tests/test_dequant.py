@@ -1,0 +1,362 @@
+"""W4A16 dequantize family: packing, decoders, quantizers, emulation, the CUDA decoder (run on the
+host through g++) and sm_90a compiles of the decode and prefill tile forms. CPU only."""
+import dataclasses
+import re
+import shutil
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import kernels.baselines  # noqa: F401  (registers cublas_bf16)
+from kernels import dequant as dq
+from kernels.metrics import rel_fro
+from kernels.registry import FORMATS, VARIANTS
+from kernels.tiles import parse_tile
+
+FORMAT_NAMES = list(dq.W4_FORMATS)
+
+
+def _inputs(M=16, N=256, K=512, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
+
+
+# ---------------------------------------------------------------- packing
+
+
+def test_pack_int4_nibble_order_and_roundtrip():
+    p = dq.pack_int4(torch.tensor([[1, -2, 7, -8]], dtype=torch.int8))
+    assert p.tolist() == [[(0xE1 ^ 0x80) - 0x80, (0x87 ^ 0x80) - 0x80]]  # 2i low nibble, 2i+1 high
+    vals = torch.arange(-8, 8, dtype=torch.int8)
+    allpairs = torch.stack(torch.meshgrid(vals, vals, indexing="ij"), -1).reshape(-1, 2).reshape(8, 64)
+    assert torch.equal(dq.unpack_int4(dq.pack_int4(allpairs)), allpairs)
+
+
+def test_pack_codes_roundtrip_and_order():
+    codes = torch.arange(16).repeat(4).reshape(4, 16)
+    p = dq.pack_codes(codes)
+    assert p.shape == (4, 8) and p.dtype == torch.int8
+    assert int(p[0, 7]) & 0xFF == 0xFE  # codes 14 (low) and 15 (high)
+    assert torch.equal(dq.unpack_codes(p).long(), codes)
+    with pytest.raises(ValueError):
+        dq.pack_codes(torch.tensor([16, 0]))
+
+
+# ---------------------------------------------------------------- decoders
+
+
+def test_e2m1_decoder_matches_ml_dtypes_all_codes():
+    codes = np.arange(16, dtype=np.uint8)
+    ref = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    got = dq.e2m1_decode(torch.arange(16)).numpy()
+    np.testing.assert_array_equal(got, ref)
+    assert got[0] == 0.0 and not np.signbit(got[0])  # code 0 is +0.0, not 0.5
+    assert got[1] == 0.5 and np.signbit(got[8])
+    assert list(got) == list(dq.E2M1_VALUES)
+
+
+def test_e2m1_encoder_matches_ml_dtypes_rounding():
+    mids = list(dq._E2M1_MIDPOINTS)
+    grid = [0.0, 0.1, 0.3, 0.74, 0.76, 1.1, 2.2, 3.3, 4.4, 5.9, 6.0, 6.5, 7.0, 100.0, 1e-30] + mids
+    x = torch.tensor(grid + [-v for v in grid], dtype=torch.float32)
+    ref = x.numpy().astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    np.testing.assert_array_equal(dq.e2m1_encode(x).numpy(), ref)
+
+
+def test_e8m0_decoder_matches_ml_dtypes():
+    e = np.array([0, 1, 100, 126, 127, 128, 254], dtype=np.uint8)
+    ref = e.view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
+    np.testing.assert_array_equal(dq.e8m0_decode(torch.from_numpy(e)).double().numpy(), ref)
+    assert torch.isnan(dq.e8m0_decode(torch.tensor([255], dtype=torch.uint8))).all()
+
+
+# ---------------------------------------------------------------- quantizers
+
+
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+def test_quantize_layout_and_determinism(name):
+    fmt = dq.W4_FORMATS[name]
+    A, B = _inputs()
+    ops = FORMATS[name].quantize(A, B)
+    again = FORMATS[name].quantize(A, B)
+    assert all(torch.equal(ops[k], again[k]) for k in ops)
+    N, K = B.shape
+    assert ops["A"].dtype == torch.bfloat16 and ops["B"].dtype == torch.int8 and ops["B"].shape == (N, K // 2)
+    assert ops["scales"].shape == (K // fmt.group, N) and ops["scales"].is_contiguous()
+    assert ops["scales"].dtype == (torch.uint8 if fmt.scale == "e8m0" else torch.bfloat16)
+    assert ("zeros" in ops) == fmt.has_zeros
+    if fmt.has_zeros:
+        z = ops["zeros"].float()
+        assert ops["zeros"].dtype == torch.bfloat16 and torch.equal(z, z.round()) and 0 <= z.min() and z.max() <= 15
+
+
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+def test_quantize_error_bounds(name):
+    """Elementwise: half a quantization step (int) or a quarter of the value (e2m1) per group scale."""
+    fmt = dq.W4_FORMATS[name]
+    _, B = _inputs(N=128, K=1024, seed=1)
+    ops = dq.quantize_weight(B, fmt)
+    w = dq.dequantize_weight(ops, fmt)
+    err = (w - B.double()).abs()
+    s = dq.weight_scales(ops, fmt).double()
+    if fmt.codes == "int4":
+        assert bool((err <= 0.5 * s * (1 + 1e-6)).all())
+    elif fmt.codes == "uint4_zp":  # the top code can clamp by a rounding of the scale
+        assert bool((err <= 0.55 * s).all())
+    else:
+        assert bool((err <= torch.maximum(0.25 * s, 0.25 * B.double().abs()) * (1 + 1e-6)).all())
+    bound = {"w4_int4_sym_g128": 0.13, "w4_uint4_zp_g128": 0.115, "w4_e2m1_g32": 0.115, "w4_mxfp4": 0.13}[name]
+    assert 0.05 < rel_fro(w, B) < bound  # N(0,1): int4 g128 ~11.8 % sym, ~10.1 % with zero point
+
+
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+def test_quantize_zero_group_and_bad_k(name):
+    fmt = dq.W4_FORMATS[name]
+    B = torch.zeros(2, 2 * fmt.group)
+    B[1, : fmt.group] = torch.linspace(-1, 1, fmt.group)
+    ops = dq.quantize_weight(B, fmt)
+    w = dq.dequantize_weight(ops, fmt)
+    assert not w[0].any() and not w[1, fmt.group:].any()
+    assert bool(torch.isfinite(w).all())
+    with pytest.raises(ValueError):
+        dq.quantize_weight(torch.zeros(2, fmt.group + 2), fmt)
+
+
+def test_int4_sym_scale_and_values():
+    fmt = dq.W4_FORMATS["w4_int4_sym_g128"]
+    B = torch.zeros(1, 128)
+    B[0, :3] = torch.tensor([7.0, -3.5, 1.0])  # scale 1: q = 7, -4 (half to even), 1
+    ops = dq.quantize_weight(B, fmt)
+    assert float(ops["scales"][0, 0]) == 1.0
+    assert dq.unpack_int4(ops["B"])[0, :4].tolist() == [7, -4, 1, 0]
+
+
+# ---------------------------------------------------------------- emulation and baselines
+
+
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+@pytest.mark.parametrize("M", [1, 16])
+def test_emulation_is_bf16_level_vs_float64_of_dequantized(name, M):
+    A, B = _inputs(M=M)
+    ops = FORMATS[name].quantize(A, B)
+    a_hat, b_hat = FORMATS[name].dequantize(ops)
+    assert a_hat.dtype == b_hat.dtype == torch.float64
+    out = VARIANTS[f"dequant_{name}"].emulate(ops)
+    assert out.dtype == torch.bfloat16 and out.shape == (M, B.shape[0])
+    err = rel_fro(out, a_hat @ b_hat.T)
+    assert 1e-4 < err < 5e-3  # bf16 rounding of the decoded weights and of the output, nothing more
+
+
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+def test_decoded_weight_is_one_bf16_rounding_of_value_times_scale(name):
+    fmt = dq.W4_FORMATS[name]
+    _, B = _inputs(N=64, K=256, seed=2)
+    ops = dq.quantize_weight(B, fmt)
+    w = dq.decode_weight_bf16(ops, fmt)
+    exact = dq.dequantize_weight(ops, fmt)  # value·scale is exact in float32, so this rounds once
+    assert torch.equal(w, exact.float().to(torch.bfloat16))
+    if fmt.scale == "e8m0":  # power-of-two scales: decoding is exact
+        assert torch.equal(w.double(), exact)
+
+
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+def test_torch_baseline_launch_on_cpu(name):
+    A, B = _inputs(M=4)
+    ops = FORMATS[name].quantize(A, B)
+    v = VARIANTS[f"torch_dequant_matmul_{name}"]
+    assert v.kernel is None and v.input_format == name
+    out = v.launch(None, ops)
+    assert out.shape == (4, B.shape[0]) and out.dtype == torch.bfloat16
+    assert rel_fro(out, v.emulate(ops)) < 8e-3
+
+
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+def test_tilelang_launch_passes_operands_in_kernel_order(name):
+    A, B = _inputs(M=2, N=64, K=256)
+    ops = FORMATS[name].quantize(A, B)
+    seen = []
+    VARIANTS[f"dequant_{name}"].launch(lambda *args: seen.append(args) or "out", ops)
+    (args,) = seen
+    assert len(args) == 4 and args[0] is ops["A"] and args[1] is ops["B"] and args[2] is ops["scales"]
+    if dq.W4_FORMATS[name].has_zeros:
+        assert args[3] is ops["zeros"]
+    else:
+        assert args[3].shape == (1,) and args[3].dtype == torch.bfloat16
+
+
+def test_variant_registration():
+    for name in FORMAT_NAMES:
+        v = VARIANTS[f"dequant_{name}"]
+        assert v.family == "dequant" and v.input_format == name and v.out_idx == (4,)
+        assert "sm_90a" in v.instructions
+    assert VARIANTS["cublas_bf16"].input_format == "bf16"  # the unquantized baseline is reused
+
+
+# ---------------------------------------------------------------- tiles
+
+
+# recommended sm_90a tiles per M class (see the report); they must fit every format and sweep K
+RECOMMENDED = ["m16n64k256_s6_t128_wrow", "m64n64k256_s4_t128_wrow", "m128n64k128_s4_t128_wrow",
+               "m256n128k64_s4_t256_wrow_z8"]
+
+
+def test_check_tile_rejects_misfits():
+    fmt = dq.W4_FORMATS["w4_int4_sym_g128"]
+    for f in dq.W4_FORMATS.values():
+        for name in RECOMMENDED:
+            for K in (8192, 28672):
+                dq.check_tile(f, K, parse_tile(name))
+    for bad, K in [
+        ("m16n64k256_s4_t128", 512),  # Square policy
+        ("m16n64k256_s4_t256_wrow", 512),  # threads do not match 64 rows per warpgroup
+        ("m16n64k96_s4_t128_wrow", 576),  # 96 and 128 do not divide one another
+        ("m16n64k256_s4_t128_wrow", 384),  # K not a multiple of block_K
+        ("m12n64k256_s4_t128_wrow", 512),  # wgmma N must be a multiple of 8
+    ]:
+        with pytest.raises(ValueError):
+            dq.check_tile(fmt, K, parse_tile(bad))
+
+
+# ---------------------------------------------------------------- the CUDA decoder on the host
+
+# (KIND, BK, GROUP, BN): one and two warpgroups, one or several groups per K block
+DECODER_CONFIGS = [
+    (0, 64, 128, 128), (0, 256, 128, 64), (1, 256, 128, 128), (1, 64, 128, 64),
+    (2, 64, 32, 128), (2, 32, 32, 64), (3, 128, 32, 128), (3, 32, 32, 64),
+]
+KIND_FORMAT = {f.kind: f for f in dq.W4_FORMATS.values()}
+
+HOST_HARNESS = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cstdint>
+static float dq_host_bf16(uint32_t bits) { uint32_t u = bits << 16; float f; memcpy(&f, &u, 4); return f; }
+static uint32_t dq_host_round_bf16(double r) {  // round to nearest even, 8 significant bits
+  if (r == 0) return std::signbit(r) ? 0x8000u : 0u;
+  int ex;
+  double m = std::nearbyint(std::frexp(r, &ex) * 256.0) / 256.0;
+  float f = (float)std::ldexp(m, ex);
+  uint32_t u; memcpy(&u, &f, 4);
+  return u >> 16;
+}
+static uint32_t dq_host_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r = 0;
+  for (int sh = 0; sh < 32; sh += 16) {
+    double x = (double)dq_host_bf16((a >> sh) & 0xFFFF) * dq_host_bf16((b >> sh) & 0xFFFF)
+               + dq_host_bf16((c >> sh) & 0xFFFF);
+    r |= dq_host_round_bf16(x) << sh;
+  }
+  return r;
+}
+@DECODER@
+template <int KIND, int BK, int G, int BN>
+static int run() {
+  constexpr int SG = BK >= G ? BK / G : 1;
+  static uint8_t packed[BN * BK / 2], scales[SG * BN * 2], zeros[SG * BN * 2];
+  const size_t sbytes = SG * BN * (KIND == 3 ? 1 : 2);
+  if (fread(packed, 1, sizeof packed, stdin) != sizeof packed || fread(scales, 1, sbytes, stdin) != sbytes ||
+      fread(zeros, 1, SG * BN * 2, stdin) != (size_t)(SG * BN * 2)) return 2;
+  for (int tid = 0; tid < 2 * BN; ++tid) {
+    uint32_t frag[BK / 4];
+    dq_decode_fragment<KIND, BK, G, BN>(frag, packed, scales, zeros, tid);
+    fwrite(frag, 4, BK / 4, stdout);
+  }
+  return 0;
+}
+int main(int argc, char** argv) {
+  switch (atoi(argv[1])) {
+@CASES@
+  }
+  return 1;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def host_decoder(tmp_path_factory):
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("g++ not available: the CUDA decoder cannot be run on the host")
+    cases = "\n".join(f"    case {i}: return run<{k}, {bk}, {g}, {bn}>();"
+                      for i, (k, bk, g, bn) in enumerate(DECODER_CONFIGS))
+    src = HOST_HARNESS.replace("@DECODER@", dq.DECODE_CUDA_SOURCE).replace("@CASES@", cases)
+    d = tmp_path_factory.mktemp("decoder")
+    (d / "harness.cpp").write_text(src)
+    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(d / "harness"), str(d / "harness.cpp")], check=True)
+    return d / "harness"
+
+
+@pytest.mark.parametrize("cfg", range(len(DECODER_CONFIGS)))
+def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
+    """Every thread's fragment, placed by the layout annotated on the kernel, equals bf16_rn(value·scale)."""
+    kind, BK, G, BN = DECODER_CONFIGS[cfg]
+    fmt = KIND_FORMAT[kind]
+    SG = max(BK // G, 1)
+    gen = torch.Generator().manual_seed(100 + cfg)
+    packed = torch.randint(-128, 128, (BN, BK // 2), generator=gen, dtype=torch.int8)
+    if fmt.scale == "e8m0":
+        scales = torch.randint(110, 140, (SG, BN), generator=gen, dtype=torch.uint8)
+        sbytes = scales.numpy().tobytes()
+    else:
+        scales = torch.exp(torch.randn(SG, BN, generator=gen)).to(torch.bfloat16)
+        sbytes = scales.view(torch.int16).numpy().tobytes()
+    zeros = torch.randint(0, 16, (SG, BN), generator=gen).to(torch.bfloat16)
+    stdin = packed.numpy().tobytes() + sbytes + zeros.view(torch.int16).numpy().tobytes()
+    proc = subprocess.run([str(host_decoder), str(cfg)], input=stdin, capture_output=True, check=True)
+    frags = np.frombuffer(proc.stdout, dtype=np.uint16).reshape(2 * BN, BK // 2)
+
+    tile_fmt = dataclasses.replace(fmt, group=min(G, BK))  # one K block: its own groups only
+    ops = {"B": packed, "scales": scales, "zeros": zeros}
+    want = dq.decode_weight_bf16(ops, tile_fmt).view(torch.int16).numpy().view(np.uint16)
+    i, j = np.meshgrid(np.arange(BN), np.arange(BK), indexing="ij")
+    got = frags[dq.fragment_thread(i, j), dq.fragment_index(i, j)]
+    np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- sm_90a compiles
+
+
+def _compile(name, tile_name, M, N=256, K=512, arch="sm_90a"):
+    from kernels.compile import build
+
+    return build(VARIANTS[f"dequant_{name}"], M, N, K, parse_tile(tile_name), arch).get_kernel_source()
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+def test_compile_decode_form_sm90a(name):
+    """M=1, 16 rows of A as the wgmma N: the decoded weight fragment is the register operand."""
+    src = _compile(name, "m16n64k128_s2_t128_wrow", M=1)
+    assert re.search(VARIANTS[f"dequant_{name}"].instructions["sm_90a"], src)
+    assert re.search(dq.WGMMA_RS_BF16 + r", 64, 16, 16,", src)  # m64n16k16: 16 rows of A
+    assert f"dq_decode_fragment<{dq.W4_FORMATS[name].kind}, 128, {dq.W4_FORMATS[name].group}, 64>" in src
+    assert "wgmma_ss" not in src and "mma_sync" not in src
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name", ["w4_int4_sym_g128", "w4_mxfp4"])
+def test_compile_prefill_form_sm90a(name):
+    """Two consumer warpgroups x 64 weight rows, 256 rows of A as the wgmma N."""
+    src = _compile(name, "m256n128k64_s2_t256_wrow", M=256)
+    assert re.search(dq.WGMMA_RS_BF16 + r", 64, 256, 16,", src)  # m64n256k16
+    assert "wgmma_ss" not in src and "mma_sync" not in src
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_89", "sm_100a"])
+def test_compile_other_targets_use_bf16_mma_sync(arch):
+    """No wgmma there: the same kernel builds with mma.sync (same per-warp A fragment layout)."""
+    v = VARIANTS["dequant_w4_int4_sym_g128"]
+    src = _compile("w4_int4_sym_g128", "m16n64k128_s2_t128_wrow", M=1, arch=arch)
+    assert "dq_decode_fragment<0, 128, 128, 64>" in src
+    assert re.search(v.instructions[arch], src) and "wgmma" not in src
+
+
+def test_decoder_source_names_no_matrix_instruction():
+    # kernels.compile classifies a kernel by searching its whole source, imported code included
+    assert not re.search(r"wgmma|mma|tcgen05", dq.DECODE_CUDA_SOURCE)
