@@ -10,8 +10,8 @@
 #   results/{platform}/compile/{variant}/artifacts/{target}/{tile}/{shape}/kernel.cu, kernel.ptx
 #   results/{platform}/{variant}/{dist}/{M}x{N}x{K}.json        one run: a row per tile (lib or emulated for baselines and CPU hosts)
 #   results/{platform}/ceilings.json                     copy bandwidth and library peaks (GPU hosts)
-#   results/{platform}/tidy.csv|parquet, compile_matrix.csv, report.md, figures/
-#   results/published/{platform}/                        committed results of a GPU run
+#   results/{platform}/tidy.csv|parquet, compile_matrix.csv, report.html (self-contained), figures/*.png
+#   results/published/{platform}/                        committed results of a GPU run (+ report.html)
 # platform: "cpu" on a host without a GPU, else the GPU's slug (e.g. h200); target: an nvcc arch
 # (sm_90a); tile: kernels/tiles.py grammar, "lib" for a library baseline, "emulated" on the CPU.
 
@@ -29,5 +29,5 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         f"results/{PLATFORM}/tidy.csv",
-        f"results/{PLATFORM}/report.md",
+        f"results/{PLATFORM}/report.html",
     default_target: True

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
@@ -92,6 +93,7 @@ def environment_tags() -> dict:
     import torch
 
     tags = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "torch": torch.__version__,
         "tilelang": _version("tilelang"),
         "cuda": torch.version.cuda or "none",

@@ -102,3 +102,23 @@ def get_format(name: str) -> Format:
         return FORMATS[name]
     except KeyError:
         raise KeyError(f"unknown input format {name!r}; known: {', '.join(sorted(FORMATS))}") from None
+
+
+def bytes_per_element(variant_name: str, K: int = 512) -> tuple[float, float, float]:
+    """Stored bytes per element of A, of B (scales included) and of C for a variant's format.
+
+    Measured by quantizing two small problems that differ in M and N only (bytes = a·M·K + b·N·K),
+    so every format, packing and scale layout is accounted for without per-format bookkeeping.
+    """
+    v = get_variant(variant_name)
+    fmt = get_format(v.input_format)
+    g = torch.Generator().manual_seed(0)
+
+    def total(M: int, N: int) -> tuple[int, torch.Tensor]:
+        ops = fmt.quantize(torch.randn(M, K, generator=g), torch.randn(N, K, generator=g))
+        return sum(t.numel() * t.element_size() for t in ops.values()), v.emulate(ops)
+
+    t1, out = total(64, 64)
+    t2, _ = total(128, 64)
+    t3, _ = total(64, 128)
+    return (t2 - t1) / (64 * K), (t3 - t1) / (64 * K), float(out.element_size())

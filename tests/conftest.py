@@ -13,9 +13,9 @@ sys.path.insert(0, str(REPO))
 
 def copy_workflow(dest: Path, config: dict) -> Path:
     """A throwaway copy of the workflow with its own config.yaml (a --configfile would merge, not replace)."""
-    for item in ("Snakefile", "workflow", "kernels"):
+    for item in ("Snakefile", "workflow", "kernels", "envs", "profiles", "results/published"):
         src = REPO / item
-        (shutil.copytree(src, dest / item, ignore=shutil.ignore_patterns("__pycache__"))
+        (shutil.copytree(src, dest / item, ignore=shutil.ignore_patterns("__pycache__", "report.html", "figures"))
          if src.is_dir() else shutil.copy(src, dest / item))
     (dest / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return dest

@@ -66,6 +66,8 @@ if RUN_ARCH is not None and RUN_ARCH not in TARGETS:
 RUN_VARIANTS = list(config["variants"])
 DISTS = config["distributions"]
 
+FIGURES = ["throughput", "speedup", "roofline", "accuracy", "compile_matrix", "comparison"]
+
 wildcard_constraints:
     platform="[a-z0-9]+",
     target="sm_[0-9]+a?",
@@ -162,3 +164,14 @@ def run_inputs(variant):
                                  for t in tiles_for(variant, RUN_ARCH)]
         return files
     return inputs
+
+
+def report_outputs(folder):
+    return {name: report(f"{folder}/figures/{name}.png", caption=f"../report/{name}.rst", category="lpgemm")
+            for name in FIGURES}
+
+
+def report_params(result_dir, label, references):
+    return {"result_dir": result_dir, "label": label, "references": references,
+            "regression_threshold": config["report"]["regression_threshold"],
+            "captions": {n: (REPO / "workflow/report" / f"{n}.rst").read_text().strip() for n in FIGURES}}

@@ -1,4 +1,5 @@
-# Stage 5: the comparison report (Markdown + seaborn figures) from the tidy table alone.
+# Stage 5: the comparison report, from tidy tables alone: this host's run, and any published set.
+# Each figure is also a Snakemake report item: snakemake --report results/report.zip
 
 
 rule report:
@@ -6,14 +7,48 @@ rule report:
         tidy="results/{platform}/tidy.parquet",
         compile_matrix="results/{platform}/compile_matrix.csv",
         ceilings=[f"results/{PLATFORM}/ceilings.json"] if RUN_ARCH else [],
+        references=[f"{d}/tidy.parquet" for d in config["report"]["compare_with"]],
     output:
-        md="results/{platform}/report.md",
-        figures=directory("results/{platform}/figures"),
+        html="results/{platform}/report.html",
+        **report_outputs("results/{platform}"),
     params:
-        platform=PLATFORM,
+        **report_params(f"results/{PLATFORM}", f"{PLATFORM} (this run)",
+                        [(d, f"{Path(d).name} (published)") for d in config["report"]["compare_with"]]),
     conda:
         "../../envs/report.yaml"
     log:
         "results/logs/{platform}/report.log",
     script:
         "../scripts/report.py"
+
+
+rule report_published:
+    input:
+        tidy="results/published/{platform}/tidy.parquet",
+        compile_matrix="results/published/{platform}/compile_matrix.csv",
+    output:
+        html="results/published/{platform}/report.html",
+        **report_outputs("results/published/{platform}"),
+    params:
+        **report_params(lambda wc: f"results/published/{wc.platform}", lambda wc: f"{wc.platform} (published)", []),
+    conda:
+        "../../envs/report.yaml"
+    log:
+        "results/logs/published/{platform}/report.log",
+    script:
+        "../scripts/report.py"
+
+
+rule report_screenshot:
+    # the report's first screen as a picture (README links the published one); needs Chromium
+    input:
+        "{folder}/report.html",
+    output:
+        "{folder}/report-first-screen.png",
+    log:
+        "results/logs/screenshots/{folder}.log",
+    shell:
+        "chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
+        " --disable-background-networking --disable-component-update --disable-sync"
+        " --user-data-dir=$(mktemp -d) --hide-scrollbars --window-size=1400,900 --virtual-time-budget=10000"
+        " --screenshot={output} file://$(realpath {input}) > {log} 2>&1"

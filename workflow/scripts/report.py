@@ -1,88 +1,173 @@
-# Render the comparison report (Markdown + seaborn figures) from the tidy table.
+# Render the comparison report: one self-contained HTML file (figures embedded) plus the figures.
 import sys
 
 sys.path.insert(0, snakemake.scriptdir)
 from script_setup import setup  # noqa: E402
 
 setup(snakemake)
-import json  # noqa: E402
+import base64  # noqa: E402
+import html  # noqa: E402
+import io  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-from tables import best_tiles, compile_summary, speedups  # noqa: E402
 
-from kernels.registry import VARIANTS, load_all  # noqa: E402
+import figures  # noqa: E402
+import tables  # noqa: E402
+from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
 load_all()
-df = pd.read_parquet(snakemake.input.tidy)
-cm = pd.read_csv(snakemake.input.compile_matrix)
-cm["reason"] = cm["reason"].fillna("")
-platform = snakemake.params.platform
-on_gpu = platform != "cpu"
-fig_dir = Path(snakemake.output.figures)
-fig_dir.mkdir(parents=True, exist_ok=True)
-env = df.iloc[0] if len(df) else pd.Series(dtype=object)
+p = snakemake.params
+this = tables.load_set(p.result_dir, p.label)
+refs = [tables.load_set(d, label) for d, label in p.references]
+threshold = p.regression_threshold
+baseline_of = {n: v.baseline for n, v in VARIANTS.items() if v.baseline}
+family_of = {n: v.family for n, v in VARIANTS.items()}
+# throughput comes from this run when it was timed, else from the first published GPU set
+timed = this if this["timed"] else next((r for r in refs if r["timed"]), None)
+
+sections: list[str] = []
+images: dict[str, str] = {}
 
 
-def md(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:
-    return frame.to_markdown(index=False, floatfmt=floatfmt) if len(frame) else "_(none)_"
+def save(fig, name: str) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    data = buf.getvalue()
+    Path(snakemake.output[name]).write_bytes(data)
+    images[name] = name
+    return (f'<figure><img alt="{name}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+            f"<figcaption>{html.escape(p.captions[name])}</figcaption></figure>")
 
 
-out = [f"# lpgemm report: {platform}", ""]
-out += ["## Environment", "", md(pd.DataFrame([{k: env.get(k) for k in (
-    "gpu_name", "driver", "cuda", "torch", "tilelang", "git_commit", "sm_clock_mhz")}])), ""]
+def table(df: pd.DataFrame, highlight: str | None = None, fmt: dict | None = None) -> str:
+    """A pandas table; rows where column ``highlight`` is truthy (or not "ok") are marked."""
+    if df.empty:
+        return "<p><em>(none)</em></p>"
+    sty = df.style.hide(axis="index").format(fmt or {}, precision=4, na_rep="–")
+    if highlight:
+        bad = df[highlight].astype(str).ne("") & df[highlight].astype(str).ne("ok")
+        sty = sty.apply(lambda r: ["background:#fbe3e6" if bad.loc[r.name] else "" for _ in r], axis=1)
+    return sty.to_html(table_attributes='class="tbl"')
+
+
+def env_block(s: dict) -> str:
+    env = dict(s["env"])
+    env["result set"] = s["label"]
+    return table(pd.DataFrame([env]))
+
+
+THR = {"throughput": "{:.1f}", "baseline_throughput": "{:.1f}", "speedup": "{:.3f}", "time_ms_median": "{:.4g}",
+       "time_ms_p20": "{:.4g}", "time_ms_p80": "{:.4g}", "pct_of_ceiling": "{:.1f}"}
+ERR = {c: "{:.3g}" for c in ("total_rel_fro", "kernel_rel_fro", "total_calc_diff", "kernel_calc_diff",
+                             "tol_total_rel_fro", "tol_kernel_rel_fro")}
+
+# -- header and environment
+on_gpu = this["timed"]
+head = [f"<h1>lpgemm report: {html.escape(this['label'])}</h1>",
+        f"<p>Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} from <code>{html.escape(str(p.result_dir))}</code>.</p>"]
 if not on_gpu:
-    out += ["**Not run on this host: no CUDA GPU was detected.** No kernel was executed or timed and no",
-            "library baseline (cuBLAS) was called. The numbers below are CPU emulations of each variant's",
-            "arithmetic (quantize, exact low-precision products, fp32 accumulation, the kernel's output",
-            "rounding), tile `emulated`. Every TileLang kernel was still cross-compiled for "
-            + ", ".join(sorted(cm["target"].unique())) + " (compile matrix below).", ""]
+    head.append('<p class="banner"><b>Not run on this host: no CUDA GPU was detected.</b> No kernel was executed or '
+                "timed and no library baseline was called; this host's numbers are CPU emulations of each variant's "
+                "arithmetic (tile <code>emulated</code>), and every kernel was cross-compiled for "
+                + html.escape(", ".join(sorted(this["compile"]["target"].unique()))) + "."
+                + (f" <b>Throughput below is from {html.escape(timed['label'])}</b>, not from this host." if timed else "")
+                + "</p>")
+sections.append("\n".join(head))
+# -- at a glance: per variant, how often it passed, how fast against its baseline, how wrong
+glance = tables.accuracy(this["tidy"]).groupby(["family", "variant"]).agg(
+    rows=("rows", "sum"), failed=("failed", "sum"), worst_total_rel_fro=("total_rel_fro", "max"),
+    worst_kernel_rel_fro=("kernel_rel_fro", "max")).reset_index()
+if timed:
+    sp_all = tables.speedups(tables.best_tiles(timed["tidy"]), baseline_of).dropna(subset=["speedup"])
+    geo_all = sp_all.groupby("variant")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
+    glance[f"geomean_speedup ({timed['label']})"] = glance["variant"].map(geo_all)
+    glance["baseline"] = glance["variant"].map(baseline_of)
+sections.append("<h2>At a glance</h2>" + table(glance.assign(status=np.where(glance["failed"] > 0, "failed", "ok")),
+                                               highlight="status", fmt={**{c: "{:.3g}" for c in glance.columns if "rel_fro" in c},
+                                                                        **{c: "{:.3f}" for c in glance.columns if "speedup" in c}}))
+sections.append("<h2>Environment</h2>" + "".join(env_block(s) for s in [this, *refs]))
 
-best = best_tiles(df) if on_gpu else pd.DataFrame()
-if on_gpu:
-    if snakemake.input.ceilings:
-        ceil = json.loads(Path(snakemake.input.ceilings[0]).read_text())["ceilings"]
-        out += ["## Ceilings measured in this run", "",
-                md(pd.DataFrame([{"ceiling": k, **v} for k, v in ceil.items()])), ""]
-    out += ["## Throughput (fastest tile within tolerance, median of the repetitions)", ""]
-    t = best.assign(p20_p80_ms=best["time_ms_p20"].map("{:.4g}".format) + "–" + best["time_ms_p80"].map("{:.4g}".format))
-    out += [md(t[["dist", "shape", "variant", "tile", "throughput", "ops_unit", "time_ms_median", "p20_p80_ms",
-                  "pct_of_ceiling", "timing_method"]].sort_values(["dist", "shape", "variant"])), ""]
-    sp = speedups(best, {n: v.baseline for n, v in VARIANTS.items() if v.baseline})
-    if len(sp):
-        out += ["## Speedup over the matching library baseline (same run, same shape)", "", md(sp), ""]
-        geo = sp.groupby(["variant", "baseline"])["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
-        out += ["Geometric mean per variant:", "", md(geo.reset_index().rename(columns={"speedup": "geomean_speedup"})), ""]
-    g = sns.catplot(data=best[best["dist"] == best["dist"].iloc[0]], x="shape", y="throughput", hue="variant",
-                    kind="bar", height=4.5, aspect=2.2)
-    g.set_axis_labels("shape (MxNxK)", "TFLOP/s or TOPS (median)")
-    g.figure.suptitle(f"{platform}: throughput of the fastest tile per variant", y=1.02)
-    g.savefig(fig_dir / "throughput.png", dpi=110, bbox_inches="tight")
-    out += ["![throughput](figures/throughput.png)", ""]
+# -- throughput, speedup, roofline
+if timed:
+    best = tables.best_tiles(timed["tidy"])
+    lab = timed["label"]
+    sp = tables.speedups(best, baseline_of)
+    geo = (sp.dropna(subset=["speedup"]).groupby(["variant", "baseline"])["speedup"]
+           .apply(lambda s: float(np.exp(np.log(s).mean()))).reset_index(name="geomean_speedup"))
+    dist0 = "normal" if (best["dist"] == "normal").any() else best["dist"].iloc[0]
+    rows = tables.panels(best[best["dist"] == dist0], baseline_of, family_of)
+    pts = tables.roofline_points(best[best["dist"] == dist0],
+                                 {v: bytes_per_element(v) for v in best["variant"].unique()})
+    cols = ["dist", "shape", "variant", "tile", "throughput", "ops_unit", "time_ms_median", "time_ms_p20",
+            "time_ms_p80", "pct_of_ceiling", "timing_method"]
+    sections.append(f"<h2>Throughput — {html.escape(lab)}</h2>"
+                    + save(figures.throughput(rows, f"{lab}: fastest tile per variant ({dist0} inputs)"), "throughput")
+                    + table(best[cols].sort_values(["dist", "shape", "variant"]), fmt=THR))
+    sections.append(f"<h2>Speedup over the matching library baseline — {html.escape(lab)}</h2>"
+                    + save(figures.speedup(sp[sp["dist"] == dist0], f"{lab}: speedup ({dist0} inputs)"), "speedup")
+                    + "<h3>Geometric mean per variant</h3>" + table(geo, fmt={"geomean_speedup": "{:.3f}"})
+                    + table(sp, fmt=THR))
+    ceil = timed["ceilings"]
+    sections.append(f"<h2>Roofline — {html.escape(lab)}</h2>"
+                    + save(figures.roofline(pts, ceil, f"{lab}: roofline"), "roofline")
+                    + table(pd.DataFrame([{"ceiling": k, **v} for k, v in ceil.items()]), fmt={"value": "{:.4g}"}))
+else:
+    for name in ("throughput", "speedup", "roofline"):
+        sections.append(f"<h2>{name.capitalize()}</h2>" + save(figures.message(
+            "no timed rows: this host has no GPU and no published GPU result set is configured"), name))
 
-out += ["## Error (worst over tiles; total = vs fp64 of the unquantized inputs, kernel = vs fp64 of the "
-        "dequantized inputs)", ""]
-err = df.groupby(["variant", "dist", "shape"]).agg(
-    tiles=("tile", "count"), failed=("status", lambda s: int((s != "ok").sum())),
-    total_rel_fro=("total_rel_fro", "max"), total_calc_diff=("total_calc_diff", "max"),
-    kernel_rel_fro=("kernel_rel_fro", "max"), kernel_calc_diff=("kernel_calc_diff", "max"),
-    tol_total_rel_fro=("tol_total_rel_fro", "first"), tol_kernel_rel_fro=("tol_kernel_rel_fro", "first"),
-).reset_index()
-out += [md(err), ""]
-bad = df[df["status"] != "ok"]
-out += ["## Rows not ok (never counted as a win)", "", md(bad[["variant", "dist", "shape", "tile", "status", "reason"]]), ""]
-e = df.melt(id_vars=["variant", "dist"], value_vars=["total_rel_fro", "kernel_rel_fro"], var_name="error", value_name="rel_fro")
-g = sns.catplot(data=e, x="variant", y="rel_fro", hue="error", col="dist", kind="bar", height=4, aspect=1.6)
-g.set(yscale="log")
-g.set_xticklabels(rotation=30, ha="right")
-g.figure.suptitle(f"{platform}: relative Frobenius error (total vs kernel share)", y=1.03)
-g.savefig(fig_dir / "error.png", dpi=110, bbox_inches="tight")
-out += ["![error](figures/error.png)", ""]
+# -- accuracy (this host's own numerics)
+acc = tables.accuracy(this["tidy"])
+not_ok = this["tidy"][this["tidy"]["status"] != "ok"][["variant", "dist", "shape", "tile", "status", "reason"]]
+sections.append(f"<h2>Accuracy — {html.escape(this['label'])}</h2>"
+                + save(figures.accuracy(acc, f"{this['label']}: total error (vs fp64 of the unquantized inputs) and "
+                                             "kernel error (vs fp64 of the dequantized inputs)"), "accuracy")
+                + table(acc.assign(status=np.where(acc["failed"] > 0, "failed", "ok")), highlight="status", fmt=ERR)
+                + "<h3>Rows not ok (never counted as a win)</h3>" + table(not_ok, highlight="status"))
 
-out += ["## Compile matrix (variant x target; worst status over tiles and shapes)", "", md(compile_summary(cm)), ""]
-Path(snakemake.output.md).write_text("\n".join(out))
+# -- compile matrix
+summary = tables.compile_summary(this["compile"])
+detail = (this["compile"].groupby(["variant", "target", "status", "reason"], dropna=False)
+          .agg(kernels=("tile", "size"), compile_s_median=("compile_s", "median"), max_registers=("registers", "max"),
+               max_smem_dynamic_bytes=("smem_dynamic_bytes", "max")).reset_index())
+sections.append(f"<h2>Compile matrix — {html.escape(this['label'])}</h2>"
+                + save(figures.compile_matrix(summary, f"{this['label']}: worst status over tiles and shapes"),
+                       "compile_matrix")
+                + table(detail, highlight="status", fmt={"compile_s_median": "{:.2f}"}))
+
+# -- comparison with the reference sets
+cmp_html = []
+first_fig = None
+for r in refs:
+    cmp = tables.compare_sets(this["tidy"], r["tidy"], threshold)
+    if first_fig is None:
+        first_fig = figures.comparison(cmp, this["label"], r["label"], threshold)
+    n_reg = int((cmp["regression"] != "").sum())
+    cmp_html.append(f"<h3>{html.escape(this['label'])} vs {html.escape(r['label'])}: {n_reg} regression(s) over "
+                    f"{threshold:.0%}</h3>" + table(cmp, highlight="regression",
+                                                    fmt={**ERR, **{c: "{:.1f}" for c in ("throughput_this", "throughput_ref")},
+                                                         "throughput_ratio": "{:.3f}"}))
+fig = first_fig or figures.message("no reference result set configured (report.compare_with)")
+sections.append("<h2>Comparison</h2>" + save(fig, "comparison") + "".join(cmp_html))
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1500px;color:#222;padding:0 1rem}
+h1{margin-bottom:.2rem} h2{border-bottom:2px solid #ddd;padding-bottom:.2rem;margin-top:2.4rem}
+.banner{background:#fff4d6;border-left:5px solid #e0a800;padding:.7rem 1rem}
+figure{margin:1rem 0} img{max-width:100%;height:auto} figcaption{color:#555;font-size:.9rem}
+table.tbl{border-collapse:collapse;font-size:.8rem;margin:.6rem 0;display:block;overflow-x:auto;max-height:32rem}
+table.tbl th,table.tbl td{border:1px solid #ddd;padding:.2rem .45rem;text-align:right;white-space:nowrap}
+table.tbl th{background:#f3f3f3;position:sticky;top:0}
+"""
+# the page records how many figures decoded, so a headless browser can check none is broken
+SCRIPT = ("<script>window.addEventListener('load',()=>{const i=[...document.images];"
+          "document.body.dataset.figures=i.length;"
+          "document.body.dataset.figuresLoaded=i.filter(x=>x.complete&&x.naturalWidth>0).length;});</script>")
+page = (f"<!doctype html><html><head><meta charset='utf-8'><title>lpgemm report: {html.escape(this['label'])}</title>"
+        f"<style>{STYLE}</style>{SCRIPT}</head><body>" + "\n".join(sections) + "</body></html>")
+Path(snakemake.output.html).write_text(page)

@@ -88,3 +88,90 @@ def speedups(best: pd.DataFrame, baseline_of: dict[str, str]) -> pd.DataFrame:
     out = out.merge(base, on=key + ["baseline"], how="left")
     out["speedup"] = out["throughput"] / out["baseline_throughput"]
     return out[key + ["variant", "tile", "throughput", "baseline", "baseline_throughput", "speedup"]]
+
+
+# ---- result sets and the report's derived tables ------------------------------------------------
+
+
+def load_set(directory: str | Path, label: str) -> dict:
+    """A result set: the tidy table, compile matrix and ceilings of one run (a platform folder or a
+    published copy), with a label saying where it comes from."""
+    d = Path(directory)
+    ceilings = d / "ceilings.json"
+    env = json.loads(ceilings.read_text())["env"] if ceilings.exists() else {}
+    tidy = pd.read_parquet(d / "tidy.parquet")
+    cm = pd.read_csv(d / "compile_matrix.csv", dtype={"reason": str}).fillna({"reason": ""})
+    return {
+        "label": label,
+        "tidy": tidy,
+        "compile": cm,
+        "ceilings": json.loads(ceilings.read_text())["ceilings"] if ceilings.exists() else {},
+        "env": env or (tidy.iloc[0][["gpu_name", "driver", "cuda", "torch", "tilelang", "git_commit"]].to_dict()
+                       if len(tidy) else {}),
+        "timed": bool(len(tidy) and tidy["throughput"].notna().any()),
+    }
+
+
+def panels(best: pd.DataFrame, baseline_of: dict[str, str], family_of: dict[str, str]) -> pd.DataFrame:
+    """Rows grouped into one panel per family, each library baseline repeated in every family that
+    compares against it, so a variant is always drawn beside its baseline."""
+    fam = best["variant"].map(family_of)
+    parts = [best[fam != "baseline"].assign(panel=fam[fam != "baseline"])]
+    for variant, base in baseline_of.items():
+        if family_of.get(base) != family_of[variant]:
+            parts.append(best[best["variant"] == base].assign(panel=family_of[variant]))
+    # precision-independent baselines (the unquantized bf16 GEMM) are drawn in every family
+    for f in set(fam) - {"baseline"}:
+        parts.append(best[fam == "baseline"].assign(panel=f))
+    out = pd.concat(parts, ignore_index=True)
+    shapes_of = out[out["variant"].map(family_of) != "baseline"].groupby("panel")["shape"].agg(set)
+    out = out[[s in shapes_of.get(p, set()) for p, s in zip(out["panel"], out["shape"])]]
+    return out.drop_duplicates(subset=["panel", "variant", "dist", "shape", "tile"])
+
+
+def roofline_points(best: pd.DataFrame, bytes_per_element: dict[str, tuple[float, float, float]]) -> pd.DataFrame:
+    """Arithmetic intensity = 2MNK / (bytes of A + B (with their scales) + C) for each timed row."""
+    pts = best[best["throughput"].notna()].copy()
+    if pts.empty:
+        return pts.assign(intensity=[])
+    per = pts["variant"].map(bytes_per_element)
+    a = per.map(lambda t: t[0])
+    b = per.map(lambda t: t[1])
+    c = per.map(lambda t: t[2])
+    traffic = pts["M"] * pts["K"] * a + pts["N"] * pts["K"] * b + pts["M"] * pts["N"] * c
+    pts["intensity"] = 2.0 * pts["M"] * pts["N"] * pts["K"] / traffic
+    pts["bandwidth_TBps"] = traffic / (pts["time_ms_median"] * 1e-3) / 1e12
+    return pts
+
+
+def accuracy(df: pd.DataFrame) -> pd.DataFrame:
+    """Worst error per variant x distribution (over shapes and tiles), with tolerances and failures."""
+    agg = df.groupby(["family", "variant", "dist"]).agg(
+        rows=("status", "size"),
+        failed=("status", lambda s: int(s.isin(["failed", "error"]).sum())),
+        total_rel_fro=("total_rel_fro", "max"), tol_total_rel_fro=("tol_total_rel_fro", "first"),
+        kernel_rel_fro=("kernel_rel_fro", "max"), tol_kernel_rel_fro=("tol_kernel_rel_fro", "first"),
+        total_calc_diff=("total_calc_diff", "max"), kernel_calc_diff=("kernel_calc_diff", "max"),
+    ).reset_index()
+    return agg
+
+
+def compare_sets(primary: pd.DataFrame, reference: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """Side by side on (variant, dist, shape): best-tile throughput where both timed it, worst kernel
+    error everywhere; a change worse than ``threshold`` (relative) is flagged as a regression."""
+    def summary(df: pd.DataFrame) -> pd.DataFrame:
+        key = ["variant", "dist", "shape"]
+        err = df.groupby(key).agg(kernel_rel_fro=("kernel_rel_fro", "max"), total_rel_fro=("total_rel_fro", "max"))
+        bt = best_tiles(df)
+        err["throughput"] = bt.set_index(key)["throughput"] if len(bt) else np.nan
+        return err
+
+    a, b = summary(primary), summary(reference)
+    both = a.merge(b, left_index=True, right_index=True, suffixes=("_this", "_ref")).reset_index()
+    both["throughput_ratio"] = both["throughput_this"] / both["throughput_ref"]
+    # kernel error may move a little with rounding; it regresses when it grows past the threshold
+    # and past a floor of 1e-6 (bit-exact integer GEMMs sit at ~1e-16)
+    grow = both["kernel_rel_fro_this"] > np.maximum(both["kernel_rel_fro_ref"] * (1 + threshold), 1e-6)
+    slow = both["throughput_ratio"] < 1 - threshold
+    both["regression"] = np.where(slow, "slower", np.where(grow, "less accurate", ""))
+    return both

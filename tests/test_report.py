@@ -1,0 +1,91 @@
+"""The HTML report: self-contained, every figure decodes in a real browser, key numbers present."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, copy_workflow, snakemake, tiny_config
+
+sys.path.insert(0, str(REPO / "workflow/scripts"))
+import tables  # noqa: E402
+
+pytestmark = pytest.mark.workflow
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FIGURES = ["throughput", "speedup", "roofline", "accuracy", "compile_matrix", "comparison"]
+
+
+def render_dom(html_file, tmp_path) -> str:
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed: .ci/setup should have installed it")
+        pytest.skip("chromium not installed")
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=10000", "--dump-dom",
+         html_file.resolve().as_uri()],
+        capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_published_report_renders_in_chromium_with_its_numbers(tmp_path):
+    wf = copy_workflow(tmp_path, tiny_config())
+    snakemake(wf, "-f", "results/published/h200/report.html")
+    page = wf / "results/published/h200/report.html"
+    html = page.read_text()
+    assert "src=\"figures/" not in html and html.count("data:image/png;base64,") == len(FIGURES)  # self-contained
+    for name in FIGURES:
+        assert (wf / f"results/published/h200/figures/{name}.png").stat().st_size > 1000
+
+    dom = render_dom(page, tmp_path)
+    figures = int(re.search(r'data-figures="(\d+)"', dom).group(1))
+    loaded = int(re.search(r'data-figures-loaded="(\d+)"', dom).group(1))
+    assert figures == loaded == len(FIGURES)
+
+    tidy = pd.read_parquet(REPO / "results/published/h200/tidy.parquet")
+    best = tables.best_tiles(tidy)
+    fp8 = best[(best["variant"] == "fp8_e4m3") & (best["shape"] == "8192x8192x8192") & (best["dist"] == "normal")]
+    assert f"{fp8['throughput'].iloc[0]:.1f}" in dom  # the headline number, as the tidy table has it
+    assert fp8["tile"].iloc[0] in dom
+    base = best[(best["variant"] == "cublas_fp8_e4m3") & (best["shape"] == "8192x8192x8192") & (best["dist"] == "normal")]
+    assert f"{base['throughput'].iloc[0]:.1f}" in dom
+    for col in ("NVIDIA H200", tidy["git_commit"].iloc[0], "unsupported"):
+        assert col in dom
+
+
+def test_cpu_report_shows_published_gpu_numbers_labelled(tiny_workflow, tmp_path):
+    snakemake(tiny_workflow)
+    page = tiny_workflow / "results/cpu/report.html"
+    dom = render_dom(page, tmp_path)
+    assert "Not run on this host" in dom and "h200 (published)" in dom
+    assert re.search(r'data-figures-loaded="6"', dom)
+    own = pd.read_parquet(tiny_workflow / "results/cpu/tidy.parquet")
+    worst = own[own["variant"] == "fp8_e4m3"]["total_rel_fro"].max()
+    assert f"{worst:.3g}" in dom  # this host's own numerics are in the page
+
+
+def test_comparison_flags_regressions():
+    tidy = pd.read_parquet(REPO / "results/published/h200/tidy.parquet")
+    slower = tidy.copy()
+    hit = (slower["variant"] == "fp8_e4m3") & (slower["shape"] == "8192x8192x8192")
+    slower.loc[hit, "throughput"] *= 0.8
+    cmp = tables.compare_sets(slower, tidy, threshold=0.05)
+    flagged = cmp[cmp["regression"] != ""]
+    assert set(flagged["variant"]) == {"fp8_e4m3"} and set(flagged["shape"]) == {"8192x8192x8192"}
+    assert (flagged["regression"] == "slower").all()
+    assert (tables.compare_sets(tidy, tidy, 0.05)["regression"] == "").all()
+
+
+def test_snakemake_report_zip(tiny_workflow):
+    snakemake(tiny_workflow)
+    snakemake(tiny_workflow, "--report", "results/report.zip")
+    import zipfile
+
+    names = zipfile.ZipFile(tiny_workflow / "results/report.zip").namelist()
+    for name in FIGURES:
+        assert any(n.endswith(f"{name}.png") for n in names), names

@@ -1,0 +1,152 @@
+"""The report's seaborn figures; each function returns a matplotlib Figure (or None: nothing to draw)."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
+
+sns.set_theme(style="whitegrid", context="notebook")
+STATUS_CODE = {"ok": 0, "unsupported": 1, "failed": 2}
+STATUS_COLORS = ["#4c9f70", "#b8b8b8", "#d1495b"]
+
+
+def message(text: str) -> plt.Figure:
+    """A figure that says why there is nothing to draw (the report never silently drops one)."""
+    fig, ax = plt.subplots(figsize=(8, 1.6))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=12, wrap=True)
+    return fig
+
+
+def _shape_key(shape: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in shape.split("x"))
+
+
+def throughput(panel_rows: pd.DataFrame, title: str) -> plt.Figure:
+    """TFLOP/s (TOPS) per shape, one panel per family, baselines beside the variants (log scale)."""
+    if panel_rows.empty:
+        return message(f"{title}: no timed rows (no GPU run in this result set)")
+    fams = sorted(panel_rows["panel"].unique())
+    fig, axes = plt.subplots(len(fams), 1, figsize=(15, 3.9 * len(fams)), squeeze=False)
+    for ax, fam in zip(axes[:, 0], fams):
+        sub = panel_rows[panel_rows["panel"] == fam]
+        order = sorted(sub["shape"].unique(), key=_shape_key)
+        sns.barplot(data=sub, x="shape", y="throughput", hue="variant", order=order, ax=ax, errorbar=None,
+                    palette="tab10" if sub["variant"].nunique() <= 10 else "tab20")
+        ax.set_yscale("log")
+        ax.set_title(fam)
+        ax.set_xlabel("")
+        ax.set_ylabel("TFLOP/s (TOPS for int)")
+        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.suptitle(title, y=1.0)
+    fig.tight_layout()
+    return fig
+
+
+def speedup(sp: pd.DataFrame, title: str) -> plt.Figure:
+    if sp.empty:
+        return message(f"{title}: no speedups (no variant and its baseline both timed)")
+    grid = sp.pivot_table(index="variant", columns="shape", values="speedup", aggfunc="max")
+    fig, ax = plt.subplots(figsize=(min(2 + 0.9 * grid.shape[1], 18), 1.2 + 0.42 * grid.shape[0]))
+    sns.heatmap(grid, annot=True, fmt=".2f", center=1.0, cmap="RdBu", vmin=0, vmax=2, ax=ax,
+                cbar_kws={"label": "speedup over baseline"}, linewidths=0.5)
+    ax.set_title(title)
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    return fig
+
+
+def roofline(points: pd.DataFrame, ceilings: dict, title: str) -> plt.Figure:
+    """Measured points against the same run's copy bandwidth and library peaks."""
+    if points.empty or not ceilings:
+        return message(f"{title}: no timed rows or no ceilings measured")
+    fig, ax = plt.subplots(figsize=(10, 6))
+    sns.scatterplot(data=points, x="intensity", y="throughput", hue="family", style="family", s=55, ax=ax)
+    bw = ceilings.get("copy_bandwidth", {}).get("value")
+    x = np.logspace(np.log10(points["intensity"].min() / 2), np.log10(points["intensity"].max() * 2), 200)
+    palette = sns.color_palette("dark", 4)
+    for (name, c), color in zip([(k, v) for k, v in ceilings.items() if k != "copy_bandwidth"], palette):
+        peak = c["value"]
+        y = np.minimum(peak, bw * x) if bw else np.full_like(x, peak)
+        ax.plot(x, y, color=color, lw=1.3, ls="--")
+        ax.annotate(f"{name} {peak:.0f} {c['unit']}", (x[-1], peak), ha="right", va="bottom", fontsize=8, color=color)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of A, B with scales, C)")
+    ax.set_ylabel("TFLOP/s (TOPS)")
+    ax.set_title(title + (f" — slope = copy bandwidth {bw:.2f} TB/s" if bw else ""))
+    return fig
+
+
+def accuracy(acc: pd.DataFrame, title: str) -> plt.Figure:
+    """Total vs kernel error per variant and distribution; tolerance ticks; failures marked."""
+    long = acc.melt(id_vars=["variant", "dist", "failed"], value_vars=["total_rel_fro", "kernel_rel_fro"],
+                    var_name="error", value_name="rel_fro")
+    long["rel_fro"] = long["rel_fro"].clip(lower=1e-17)  # exact integer GEMMs: keep them on a log axis
+    order = sorted(acc["variant"].unique())
+    g = sns.catplot(data=long, x="variant", y="rel_fro", hue="error", col="dist", col_wrap=1, kind="bar", order=order,
+                    height=3.8, aspect=3.4, errorbar=None, palette=["#8da0cb", "#fc8d62"])
+    g.set(yscale="log")
+    for ax, (dist, sub) in zip(g.axes.flat, acc.groupby("dist")):
+        sub = sub.set_index("variant").reindex(order)
+        xs = np.arange(len(order))
+        ax.scatter(xs - 0.2, sub["tol_total_rel_fro"], marker="_", s=300, color="#333", zorder=5,
+                   label="tolerance")
+        ax.scatter(xs + 0.2, sub["tol_kernel_rel_fro"], marker="_", s=300, color="#333", zorder=5)
+        for x, failed in zip(xs, sub["failed"].fillna(0)):
+            if failed:
+                ax.annotate("FAILED", (x, ax.get_ylim()[1]), ha="center", va="top", color="#d1495b", fontsize=8)
+        ax.tick_params(axis="x", rotation=60, labelsize=8)
+        ax.set_title(f"dist = {dist} (— tolerance)")
+    g.set_axis_labels("", "relative Frobenius error (worst over shapes)")
+    g.figure.suptitle(title, y=1.02)
+    return g.figure
+
+
+def compile_matrix(summary: pd.DataFrame, title: str) -> plt.Figure:
+    if summary.empty:
+        return message(f"{title}: nothing was compiled")
+    codes = summary.pivot(index="variant", columns="target", values="status").replace(STATUS_CODE)
+    regs = summary.pivot(index="variant", columns="target", values="max_registers")
+    labels = summary.pivot(index="variant", columns="target", values="status").copy()
+    for idx in labels.index:
+        for col in labels.columns:
+            r = regs.loc[idx, col]
+            labels.loc[idx, col] = f"{labels.loc[idx, col]}" + (f"\n{int(r)} regs" if pd.notna(r) else "")
+    fig, ax = plt.subplots(figsize=(2.5 + 2.2 * codes.shape[1], 0.9 + 0.5 * codes.shape[0]))
+    sns.heatmap(codes.astype(float), annot=labels, fmt="", cmap=ListedColormap(STATUS_COLORS), vmin=-0.5, vmax=2.5,
+                cbar=False, linewidths=1, linecolor="white", ax=ax, annot_kws={"fontsize": 8})
+    ax.set_title(title)
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    return fig
+
+
+def comparison(cmp: pd.DataFrame, this: str, ref: str, threshold: float) -> plt.Figure:
+    """This set against a reference: throughput where both were timed, else kernel error."""
+    if cmp.empty:
+        return message(f"{this} vs {ref}: no (variant, distribution, shape) in common")
+    timed = cmp.dropna(subset=["throughput_this", "throughput_ref"])
+    metric = "throughput" if len(timed) else "kernel_rel_fro"
+    data = timed if len(timed) else cmp.dropna(subset=["kernel_rel_fro_this", "kernel_rel_fro_ref"])
+    data = data.assign(flag=np.where(data["regression"] != "", "regression", "within threshold"))
+    fig, ax = plt.subplots(figsize=(7, 6))
+    sns.scatterplot(data=data, x=f"{metric}_ref", y=f"{metric}_this", hue="flag", style="flag", s=45, ax=ax,
+                    palette={"regression": "#d1495b", "within threshold": "#4c72b0"})
+    lo = np.nanmin(data[[f"{metric}_ref", f"{metric}_this"]].to_numpy())
+    hi = np.nanmax(data[[f"{metric}_ref", f"{metric}_this"]].to_numpy())
+    line = np.array([lo, hi])
+    ax.plot(line, line, color="#555", lw=1)
+    ax.plot(line, line * (1 - threshold), color="#999", lw=1, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"{metric} — {ref}")
+    ax.set_ylabel(f"{metric} — {this}")
+    ax.set_title(f"{this} vs {ref} ({metric}; dotted: {threshold:.0%} regression threshold)")
+    return fig
