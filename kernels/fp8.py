@@ -135,29 +135,20 @@ for _kind, (_, _tl_dtype, _fmax) in FP8.items():
         )
     )
 
-register_variant(
-    Variant(
-        name="cublas_fp8_e4m3",
-        family="fp8",
-        input_format="fp8_e4m3_tensor",
-        emulate=emulate_fp8_gemm,
-        launch=partial(_launch_scaled_mm, fast_accum=False),
-        min_cc=89,
-        shape_limit=_scaled_mm_shape_limit,
-        ceiling="fp8_matmul",
-        description="torch._scaled_mm (cuBLASLt) e4m3, tensorwise scales, bf16 out, default accumulation",
+for _suffix, _fast, _how in (
+    ("", False, "default accumulation"),
+    ("_fastacc", True, "use_fast_accum=True: accumulates like wgmma, no promotion"),
+):
+    register_variant(
+        Variant(
+            name=f"cublas_fp8_e4m3{_suffix}",
+            family="fp8",
+            input_format="fp8_e4m3_tensor",
+            emulate=emulate_fp8_gemm,
+            launch=partial(_launch_scaled_mm, fast_accum=_fast),
+            min_cc=89,
+            shape_limit=_scaled_mm_shape_limit,
+            ceiling="fp8_matmul",
+            description=f"torch._scaled_mm (cuBLASLt) e4m3, tensorwise scales, bf16 out, {_how}",
+        )
     )
-)
-register_variant(
-    Variant(
-        name="cublas_fp8_e4m3_fastacc",
-        family="fp8",
-        input_format="fp8_e4m3_tensor",
-        emulate=emulate_fp8_gemm,
-        launch=partial(_launch_scaled_mm, fast_accum=True),
-        min_cc=89,
-        shape_limit=_scaled_mm_shape_limit,
-        ceiling="fp8_matmul",
-        description="torch._scaled_mm (cuBLASLt) e4m3 with use_fast_accum=True: accumulates like wgmma, no promotion",
-    )
-)

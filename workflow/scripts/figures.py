@@ -53,9 +53,11 @@ def speedup(sp: pd.DataFrame, title: str) -> plt.Figure:
     if sp.empty:
         return message(f"{title}: no speedups (no variant and its baseline both timed)")
     grid = sp.pivot_table(index="variant", columns="shape", values="speedup", aggfunc="max")
+    grid = grid[sorted(grid.columns, key=_shape_key)]
     fig, ax = plt.subplots(figsize=(min(2 + 0.9 * grid.shape[1], 18), 1.2 + 0.42 * grid.shape[0]))
     sns.heatmap(grid, annot=True, fmt=".2f", center=1.0, cmap="RdBu", vmin=0, vmax=2, ax=ax,
                 cbar_kws={"label": "speedup over baseline"}, linewidths=0.5)
+    ax.grid(False)
     ax.set_title(title)
     ax.set_xlabel("")
     ax.set_ylabel("")
@@ -122,6 +124,7 @@ def compile_matrix(summary: pd.DataFrame, title: str) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(2.5 + 2.2 * codes.shape[1], 0.9 + 0.5 * codes.shape[0]))
     sns.heatmap(codes.astype(float), annot=labels, fmt="", cmap=ListedColormap(STATUS_COLORS), vmin=-0.5, vmax=2.5,
                 cbar=False, linewidths=1, linecolor="white", ax=ax, annot_kws={"fontsize": 8})
+    ax.grid(False)
     ax.set_title(title)
     ax.set_xlabel("")
     ax.set_ylabel("")
