@@ -26,6 +26,9 @@ def test_default_config_dry_run_plans_every_stage():
     (lambda c: c["variants"]["fp8_e4m3"]["tiles"].update(default=["m64n64k64_s2"]), "variants.fp8_e4m3.tiles.default"),
     (lambda c: c["sweeps"].update(cpu=["64x64"]), "sweeps.cpu.0"),
     (lambda c: c["variants"].update(bf16_again={"uses": "cublas_bf17", "tolerance": {}}), "variants.bf16_again.uses"),
+    # int4 packs two values per byte along K: an odd K is refused up front, naming where it came from
+    (lambda c: (c["variants"].update(int4_mma={"tiles": {"default": ["m64n64k64_s2_t128"]}, "tolerance": {}}),
+                c["sweeps"].update(cpu=["64x64x127"])), "sweeps.cpu: shape 64x64x127 does not fit int4_mma"),
 ])
 def test_config_errors_name_the_bad_key(tmp_path, edit, key):
     cfg = tiny_config()

@@ -41,7 +41,32 @@ def validate_config(cfg):
                     parse_tile(t)
                 except ValueError as e:
                     raise WorkflowError(f"invalid config:\n  variants.{name}.tiles.{target}: {e}") from None
+    check_shapes_fit_formats(cfg)
     cfg.setdefault("tilelang_cache", ".cache/tilelang")
+
+
+def check_shapes_fit_formats(cfg):
+    """Quantize a small stand-in per (format, K) now, so that a shape a format cannot take (K not a
+    multiple of its group, odd K for int4 packing) is refused before any job runs."""
+    import torch
+
+    verdict = {}
+    for name, vcfg in cfg["variants"].items():
+        fmt = VARIANTS[vcfg.get("uses", name)].input_format
+        for kind in ("cpu", "gpu"):
+            own = vcfg.get("shapes", {}).get(kind)
+            for shape in own or cfg["sweeps"][kind]:
+                K = parse_shape(shape)[2]
+                if (fmt, K) not in verdict:
+                    try:
+                        FORMATS[fmt].quantize(torch.zeros(128, K), torch.zeros(128, K))
+                        verdict[fmt, K] = None
+                    except (ValueError, TypeError) as e:
+                        verdict[fmt, K] = str(e)
+                if verdict[fmt, K]:
+                    where = f"variants.{name}.shapes.{kind}" if own else f"sweeps.{kind}"
+                    raise WorkflowError(f"invalid config:\n  {where}: shape {shape} does not fit {name} "
+                                        f"(format {fmt}): {verdict[fmt, K]}")
 
 
 def resolve_platform(wanted):
