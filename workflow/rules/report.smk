@@ -45,6 +45,9 @@ rule report_screenshot:
         "{folder}/report.html",
     output:
         "{folder}/report-first-screen.png",
+    conda:
+        # Chromium itself comes from the system (Debian's chromium package)
+        "../../envs/report.yaml"
     log:
         "results/logs/screenshots/{folder}.log",
     shell:
