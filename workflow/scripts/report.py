@@ -61,7 +61,7 @@ def env_block(s: dict) -> str:
     return table(pd.DataFrame([env]))
 
 
-THR = {"throughput": "{:.1f}", "baseline_throughput": "{:.1f}", "speedup": "{:.3f}", "time_ms_median": "{:.4g}",
+THR = {"throughput": "{:.1f}", "weight_TBps": "{:.3f}", "baseline_throughput": "{:.1f}", "speedup": "{:.3f}", "time_ms_median": "{:.4g}",
        "time_ms_p20": "{:.4g}", "time_ms_p80": "{:.4g}", "pct_of_ceiling": "{:.1f}"}
 ERR = {c: "{:.3g}" for c in ("total_rel_fro", "kernel_rel_fro", "total_calc_diff", "kernel_calc_diff",
                              "tol_total_rel_fro", "tol_kernel_rel_fro")}
@@ -103,8 +103,11 @@ if timed:
     rows = tables.panels(best[best["dist"] == dist0], baseline_of, family_of)
     pts = tables.roofline_points(best[best["dist"] == dist0],
                                  {v: bytes_per_element(v) for v in best["variant"].unique()})
-    cols = ["dist", "shape", "variant", "tile", "throughput", "ops_unit", "time_ms_median", "time_ms_p20",
-            "time_ms_p80", "pct_of_ceiling", "timing_method"]
+    # bytes of B (the weight, with its scales) per second: the figure of merit of memory-bound shapes
+    b_bytes = best["variant"].map({v: bytes_per_element(v)[1] for v in best["variant"].unique()})
+    best["weight_TBps"] = best["N"] * best["K"] * b_bytes / (best["time_ms_median"] * 1e-3) / 1e12
+    cols = ["dist", "shape", "variant", "tile", "throughput", "ops_unit", "weight_TBps", "time_ms_median",
+            "time_ms_p20", "time_ms_p80", "pct_of_ceiling", "timing_method"]
     sections.append(f"<h2>Throughput — {html.escape(lab)}</h2>"
                     + save(figures.throughput(rows, f"{lab}: fastest tile per variant ({dist0} inputs)"), "throughput")
                     + table(best[cols].sort_values(["dist", "shape", "variant"]), fmt=THR))
