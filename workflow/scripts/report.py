@@ -87,10 +87,14 @@ if timed:
     geo_all = sp_all.groupby("variant")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
     glance[f"geomean_speedup ({timed['label']})"] = glance["variant"].map(geo_all)
     glance["baseline"] = glance["variant"].map(baseline_of)
-sections.append("<h2>At a glance</h2>" + table(glance.assign(status=np.where(glance["failed"] > 0, "failed", "ok")),
+glance["status"] = np.where(glance["failed"] > 0, "failed", "ok")
+sections.append("<h2>At a glance</h2>" + table(glance,
                                                highlight="status", fmt={**{c: "{:.3g}" for c in glance.columns if "rel_fro" in c},
                                                                         **{c: "{:.3f}" for c in glance.columns if "speedup" in c}}))
 sections.append("<h2>Environment</h2>" + "".join(env_block(s) for s in [this, *refs]))
+sections.append("<h2>Variants</h2>" + table(pd.DataFrame(
+    [{"variant": v, "family": VARIANTS[v].family, "baseline": VARIANTS[v].baseline or "–", "what": VARIANTS[v].description}
+     for v in sorted(set(this["tidy"]["variant"]))])))
 
 # -- throughput, speedup, roofline
 if timed:
@@ -166,6 +170,7 @@ figure{margin:1rem 0} img{max-width:100%;height:auto} figcaption{color:#555;font
 table.tbl{border-collapse:collapse;font-size:.8rem;margin:.6rem 0;display:block;overflow-x:auto;max-height:32rem}
 table.tbl th,table.tbl td{border:1px solid #ddd;padding:.2rem .45rem;text-align:right;white-space:nowrap}
 table.tbl th{background:#f3f3f3;position:sticky;top:0}
+table.tbl td:last-child{white-space:normal;min-width:18rem;max-width:60rem;text-align:left}
 """
 # the page records how many figures decoded, so a headless browser can check none is broken
 SCRIPT = ("<script>window.addEventListener('load',()=>{const i=[...document.images];"
