@@ -39,6 +39,23 @@ def _cuda_kernel_events(prof) -> list:
     return sorted(evs, key=lambda e: e.time_range.start)
 
 
+def split_by_flush(kernels: list[tuple[str, float]], flush_names: set[str]) -> list[float]:
+    """Per-repetition kernel time (ms) from a time-ordered trace of (kernel name, duration in µs):
+    each flush kernel opens a repetition, whose time is the sum of the kernels that follow it."""
+    samples: list[float] = []
+    current: float | None = None
+    for name, dur_us in kernels:
+        if name in flush_names:
+            if current is not None:
+                samples.append(current)
+            current = 0.0
+        elif current is not None:
+            current += dur_us / 1e3
+    if current is not None:
+        samples.append(current)
+    return samples
+
+
 def time_cuda(fn: Callable[[], object], reps: int = 30, warmup: int = 5) -> dict:
     """Median, p20 and p80 of the summed kernel time of ``fn`` over ``reps`` repetitions (CUPTI).
 
@@ -61,17 +78,7 @@ def time_cuda(fn: Callable[[], object], reps: int = 30, warmup: int = 5) -> dict
             flush.bitwise_not_()
             fn()
         torch.cuda.synchronize()
-    samples: list[float] = []
-    current: float | None = None
-    for e in _cuda_kernel_events(prof):
-        if e.name in flush_names:
-            if current is not None:
-                samples.append(current)
-            current = 0.0
-        elif current is not None:
-            current += e.time_range.elapsed_us() / 1e3
-    if current is not None:
-        samples.append(current)
+    samples = split_by_flush([(e.name, e.time_range.elapsed_us()) for e in _cuda_kernel_events(prof)], flush_names)
     if len(samples) == reps and all(s > 0 for s in samples):
         return summarize(samples, "cupti_kernel_time")
     return time_cuda_events(fn, reps, flush)
@@ -80,10 +87,10 @@ def time_cuda(fn: Callable[[], object], reps: int = 30, warmup: int = 5) -> dict
 def time_cuda_events(fn: Callable[[], object], reps: int, flush: torch.Tensor) -> dict:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
+    for s, e in zip(starts, ends, strict=True):
         flush.bitwise_not_()
         s.record()
         fn()
         e.record()
     torch.cuda.synchronize()
-    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends)], "cuda_event")
+    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], "cuda_event")

@@ -8,16 +8,18 @@ from kernels import bench
 PEAK_SHAPE = 8192  # M = N = K for the peak-matmul probes
 
 
-def measure_ceilings(reps: int = 30) -> dict:
-    """{name: {value, unit, how}}; every value is a median over ``reps`` L2-flushed repetitions."""
-    out: dict = {}
+def _copy_bandwidth(reps: int) -> dict:
     n_bytes = 1 << 30
     src = torch.empty(n_bytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
     dst = torch.empty_like(src)
     t = bench.time_cuda(lambda: dst.copy_(src), reps=reps)
-    out["copy_bandwidth"] = {"value": 2 * n_bytes / (t["time_ms_median"] * 1e-3) / 1e12, "unit": "TB/s",
-                             "how": "device-to-device copy of 1 GiB (read + write)"}
-    del src, dst
+    return {"value": 2 * n_bytes / (t["time_ms_median"] * 1e-3) / 1e12, "unit": "TB/s",
+            "how": "device-to-device copy of 1 GiB (read + write)"}
+
+
+def measure_ceilings(reps: int = 30) -> dict:
+    """{name: {value, unit, how}}; every value is a median over ``reps`` L2-flushed repetitions."""
+    out: dict = {"copy_bandwidth": _copy_bandwidth(reps)}
     n = PEAK_SHAPE
     flops = 2.0 * n ** 3
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)

@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 import torch
 
-from kernels import bench, compile as kcompile
+from kernels import bench
+from kernels import compile as kcompile
 from kernels.metrics import error_metrics
 from kernels.registry import Operands, Variant, get_format
 from kernels.tiles import EMULATED, LIBRARY, Tile
@@ -84,6 +85,7 @@ def run_gpu(
         candidates.append((LIBRARY, None, limit or ("" if ok else f"needs compute capability >= {variant.min_cc / 10:.1f}")))
     else:
         candidates += [(t.name, t, limit or "") for t in tiles]
+    launch = variant.launch
     for tile_name, tile, skip in candidates:
         row: dict = {"tile": tile_name}
         if skip:
@@ -91,7 +93,6 @@ def run_gpu(
             continue
         try:
             kernel = kcompile.build(variant, M, N, K, tile, arch) if tile is not None else None
-            launch = variant.launch
 
             def call(o: Operands = dev_ops, k=kernel) -> torch.Tensor:
                 return launch(k, o)

@@ -199,11 +199,11 @@ def test_e8m0_words_and_tcgen05_cp_layout():
     assert lay.shape == (3, 256) and lay.is_contiguous()
     for k in range(3):
         for c in range(2):
-            for l in (0, 5, 31):
+            for lane in (0, 5, 31):
                 for q in range(4):
-                    row = c * 128 + 32 * q + l
+                    row = c * 128 + 32 * q + lane
                     want = words[row, k] if row < R else 0x7F7F7F7F
-                    assert lay[k, c * 128 + 4 * l + q] == want
+                    assert lay[k, c * 128 + 4 * lane + q] == want
 
 
 def test_mx_format_operands():
@@ -302,7 +302,7 @@ def test_launch_passes_what_the_kernel_declares(name):
 
     variant.launch(fake_kernel, ops)
     assert len(seen) == len(inputs)
-    for arg, buf in zip(seen, inputs):
+    for arg, buf in zip(seen, inputs, strict=True):
         assert tuple(arg.shape) == tuple(int(s) for s in buf.shape), buf.name
         assert str(arg.dtype).removeprefix("torch.") == str(buf.dtype), buf.name
         assert arg.is_contiguous(), buf.name

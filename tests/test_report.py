@@ -7,7 +7,6 @@ import sys
 
 import pandas as pd
 import pytest
-
 from conftest import REPO, copy_workflow, snakemake, tiny_config
 
 sys.path.insert(0, str(REPO / "workflow/scripts"))

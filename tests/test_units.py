@@ -68,3 +68,32 @@ def test_judge_marks_tolerance_nan_and_inexact():
     assert judge({"total_finite": False}, {}) == ["output has NaN/Inf"]
     assert judge({"exact": False}, {})
     assert judge({"check_extremes_exact": False}, {})
+
+
+def test_trace_is_split_into_repetitions_at_each_flush():
+    from kernels.bench import split_by_flush
+
+    flush = {"bitwise_not_kernel"}
+    trace = [("warm_kernel", 5.0),  # before the first flush: not part of any repetition
+             ("bitwise_not_kernel", 70.0), ("gemm", 100.0),
+             ("bitwise_not_kernel", 70.0), ("dequant", 30.0), ("gemm", 90.0),
+             ("bitwise_not_kernel", 70.0), ("gemm", 110.0)]
+    assert split_by_flush(trace, flush) == [0.1, 0.12, 0.11]
+    assert split_by_flush([], flush) == []
+
+
+def test_a_gpu_platform_without_its_gpu_is_an_error(monkeypatch):
+    import torch
+
+    from kernels.device import check_platform, platform_slug
+
+    assert check_platform("cpu", None) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="h200.*no CUDA GPU"):
+        check_platform("h200", "sm_90a")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 9))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA L40S")
+    with pytest.raises(RuntimeError, match="mismatch.*L40S"):
+        check_platform("h200", "sm_90a")
+    assert platform_slug("NVIDIA H200") == "h200" and platform_slug("NVIDIA GeForce RTX 4090") == "rtx4090"

@@ -4,7 +4,6 @@ import json
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO, copy_workflow, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
@@ -106,6 +105,7 @@ def test_lint_is_clean():
 
 def test_conda_env_pins_match_pyproject():
     import re
+
     import tomllib
 
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -117,3 +117,12 @@ def test_conda_env_pins_match_pyproject():
             name = re.split(r"[<>=!]", d)[0].lower().replace("-", "_")
             if name in pins:
                 assert d == pins[name], f"{env.name}: {d} differs from pyproject's {pins[name]}"
+
+
+def test_python_is_lint_clean():
+    import shutil
+    import subprocess
+
+    ruff = shutil.which("ruff") or pytest.skip("ruff not installed")
+    proc = subprocess.run([ruff, "check", "kernels", "workflow/scripts", "tests"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]

@@ -14,7 +14,7 @@ from kernels.tiles import parse_shape, parse_tile  # noqa: E402
 p = snakemake.params
 variant = get_variant(p.variant)
 artifacts = Path(snakemake.output.artifacts)
-for (target, tile_name), out in zip(p.jobs, snakemake.output.records):
+for (target, tile_name), out in zip(p.jobs, snakemake.output.records, strict=True):
     tile = parse_tile(tile_name)
     records = []
     for shape in p.shapes:

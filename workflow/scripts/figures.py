@@ -33,7 +33,7 @@ def throughput(panel_rows: pd.DataFrame, title: str) -> plt.Figure:
         return message(f"{title}: no timed rows (no GPU run in this result set)")
     fams = sorted(panel_rows["panel"].unique())
     fig, axes = plt.subplots(len(fams), 1, figsize=(15, 3.9 * len(fams)), squeeze=False)
-    for ax, fam in zip(axes[:, 0], fams):
+    for ax, fam in zip(axes[:, 0], fams, strict=True):
         sub = panel_rows[panel_rows["panel"] == fam]
         order = sorted(sub["shape"].unique(), key=_shape_key)
         sns.barplot(data=sub, x="shape", y="throughput", hue="variant", order=order, ax=ax, errorbar=None,
@@ -72,8 +72,8 @@ def roofline(points: pd.DataFrame, ceilings: dict, title: str) -> plt.Figure:
     sns.scatterplot(data=points, x="intensity", y="throughput", hue="family", style="family", s=55, ax=ax)
     bw = ceilings.get("copy_bandwidth", {}).get("value")
     x = np.logspace(np.log10(points["intensity"].min() / 2), np.log10(points["intensity"].max() * 2), 200)
-    palette = sns.color_palette("dark", 4)
-    for (name, c), color in zip([(k, v) for k, v in ceilings.items() if k != "copy_bandwidth"], palette):
+    peaks = [(k, v) for k, v in ceilings.items() if k != "copy_bandwidth"]
+    for (name, c), color in zip(peaks, sns.color_palette("dark", len(peaks)), strict=True):
         peak = c["value"]
         y = np.minimum(peak, bw * x) if bw else np.full_like(x, peak)
         ax.plot(x, y, color=color, lw=1.3, ls="--")
@@ -95,13 +95,13 @@ def accuracy(acc: pd.DataFrame, title: str) -> plt.Figure:
     g = sns.catplot(data=long, x="variant", y="rel_fro", hue="error", col="dist", col_wrap=1, kind="bar", order=order,
                     height=3.8, aspect=3.4, errorbar=None, palette=["#8da0cb", "#fc8d62"])
     g.set(yscale="log")
-    for ax, (dist, sub) in zip(g.axes.flat, acc.groupby("dist")):
+    for ax, (dist, sub) in zip(g.axes.flat, acc.groupby("dist"), strict=True):
         sub = sub.set_index("variant").reindex(order)
         xs = np.arange(len(order))
         ax.scatter(xs - 0.2, sub["tol_total_rel_fro"], marker="_", s=300, color="#333", zorder=5,
                    label="tolerance")
         ax.scatter(xs + 0.2, sub["tol_kernel_rel_fro"], marker="_", s=300, color="#333", zorder=5)
-        for x, failed in zip(xs, sub["failed"].fillna(0)):
+        for x, failed in zip(xs, sub["failed"].fillna(0), strict=True):
             if failed:
                 ax.annotate("FAILED", (x, ax.get_ylim()[1]), ha="center", va="top", color="#d1495b", fontsize=8)
         ax.tick_params(axis="x", rotation=60, labelsize=8)

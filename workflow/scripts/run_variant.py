@@ -19,7 +19,7 @@ variant = get_variant(p.variant)
 check_platform(wc.platform, p.arch)
 tiles = [parse_tile(t) for t in p.tiles]
 for shape, fp32, formats, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
-                                                    snakemake.input.manifest, snakemake.output):
+                                                    snakemake.input.manifest, snakemake.output, strict=True):
     manifest = json.loads(Path(manifest_file).read_text())
     raw = load_operands(Path(fp32), manifest["fp32"])
     fmt = manifest["formats"][variant.input_format]

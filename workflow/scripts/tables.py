@@ -125,7 +125,7 @@ def panels(best: pd.DataFrame, baseline_of: dict[str, str], family_of: dict[str,
         parts.append(best[fam == "baseline"].assign(panel=f))
     out = pd.concat(parts, ignore_index=True)
     shapes_of = out[out["variant"].map(family_of) != "baseline"].groupby("panel")["shape"].agg(set)
-    out = out[[s in shapes_of.get(p, set()) for p, s in zip(out["panel"], out["shape"])]]
+    out = out[[s in shapes_of.get(p, set()) for p, s in zip(out["panel"], out["shape"], strict=True)]]
     return out.drop_duplicates(subset=["panel", "variant", "dist", "shape", "tile"])
 
 
