@@ -12,6 +12,7 @@ import torch
 
 from kernels.registry import Format, Operands, Variant, register_format, register_variant
 from kernels.tiles import Tile
+from kernels.tn_gemm import tn_mainloop
 
 FP8 = {
     "e4m3": (torch.float8_e4m3fn, "float8_e4m3fn", 448.0),
@@ -59,7 +60,7 @@ def gemm_fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype
     import tilelang.language as T
 
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
-    policy = getattr(T.GemmWarpPolicy, tile.policy)
+    mainloop = tn_mainloop(tile, K)
 
     @T.prim_func
     def main(
@@ -72,13 +73,7 @@ def gemm_fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype
             A_shared = T.alloc_shared((bM, bK), in_dtype)
             B_shared = T.alloc_shared((bN, bK), in_dtype)
             C_local = T.alloc_fragment((bM, bN), "float32")
-            if tile.swizzle:
-                T.use_swizzle(tile.swizzle)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=tile.num_stages):
-                T.copy(A[by * bM, k * bK], A_shared)
-                T.copy(B[bx * bN, k * bK], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_B=True, policy=policy)
+            mainloop(A, B, A_shared, B_shared, C_local, bx, by)
             for i, j in T.Parallel(bM, bN):
                 C_local[i, j] = C_local[i, j] * scale[0]
             T.copy(C_local, C[by * bM, bx * bN])

@@ -19,8 +19,10 @@ Variants:
 Inside ``int4_unpack_s8*`` the decoded K order inside each K block differs from the logical one
 (low nibbles first, then high nibbles, see ``decoded_k_order``). A and B use the same order, so the
 dot products over K, and hence C, are unchanged.
+
+TileLang evaluates a prim_func's annotations with the factory's closure variables, so this module
+must not use ``from __future__ import annotations``.
 """
-from __future__ import annotations
 
 from functools import partial
 
@@ -28,6 +30,7 @@ import torch
 
 from kernels.registry import Format, Operands, Variant, register_format, register_variant
 from kernels.tiles import Tile
+from kernels.tn_gemm import tn_mainloop
 
 INT4_MIN, INT4_MAX = -8, 7
 # |a·b| <= 64 per term, so |C| <= 64·K: the int32 accumulator cannot overflow for K < 2^25.
@@ -227,7 +230,7 @@ def gemm_int4_mma_kernel(M: int, N: int, K: int, tile: Tile):
     if tile.block_K % 64:
         raise ValueError(f"int4_mma: block_K={tile.block_K} must be a multiple of 64 (s4 mma is m16n8k64)")
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
-    policy = _policy(T, tile)
+    mainloop = tn_mainloop(tile, K)
 
     @T.prim_func
     def main(
@@ -239,13 +242,7 @@ def gemm_int4_mma_kernel(M: int, N: int, K: int, tile: Tile):
             A_shared = T.alloc_shared((bM, bK), T.int4)
             B_shared = T.alloc_shared((bN, bK), T.int4)
             C_local = T.alloc_fragment((bM, bN), T.int32)
-            if tile.swizzle:
-                T.use_swizzle(tile.swizzle)
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(K, bK), num_stages=tile.num_stages):
-                T.copy(A[by * bM, ko * bK], A_shared)
-                T.copy(B[bx * bN, ko * bK], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_B=True, policy=policy)
+            mainloop(A, B, A_shared, B_shared, C_local, bx, by)
             T.copy(C_local, C[by * bM, bx * bN])
 
     return main
@@ -366,7 +363,7 @@ def gemm_int8_kernel(M: int, N: int, K: int, tile: Tile):
     import tilelang.language as T
 
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
-    policy = _policy(T, tile)
+    mainloop = tn_mainloop(tile, K)
 
     @T.prim_func
     def main(
@@ -378,13 +375,7 @@ def gemm_int8_kernel(M: int, N: int, K: int, tile: Tile):
             A_shared = T.alloc_shared((bM, bK), "int8")
             B_shared = T.alloc_shared((bN, bK), "int8")
             C_local = T.alloc_fragment((bM, bN), "int32")
-            if tile.swizzle:
-                T.use_swizzle(tile.swizzle)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=tile.num_stages):
-                T.copy(A[by * bM, k * bK], A_shared)
-                T.copy(B[bx * bN, k * bK], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_B=True, policy=policy)
+            mainloop(A, B, A_shared, B_shared, C_local, bx, by)
             T.copy(C_local, C[by * bM, bx * bN])
 
     return main

@@ -151,7 +151,7 @@ def _module_file(obj):
 
 # Snakemake reruns a job when its script changes, not when code it imports does: the kernels/
 # modules a job's result depends on are declared as inputs, so editing a kernel reruns its jobs.
-SHARED_CODE = ["kernels/registry.py", "kernels/tiles.py"]
+SHARED_CODE = ["kernels/registry.py", "kernels/tiles.py", "kernels/tn_gemm.py"]
 
 
 def variant_code(variant, stage):

@@ -78,14 +78,20 @@ if not on_gpu:
                 + (f" <b>Throughput below is from {html.escape(timed['label'])}</b>, not from this host." if timed else "")
                 + "</p>")
 sections.append("\n".join(head))
+# the tables several sections share, computed once
+acc = tables.accuracy(this["tidy"])
+if timed:
+    best = tables.best_tiles(timed["tidy"])
+    sp = tables.speedups(best, baseline_of)
+    geo = (sp.dropna(subset=["speedup"]).groupby(["variant", "baseline"])["speedup"]
+           .apply(lambda s: float(np.exp(np.log(s).mean()))).reset_index(name="geomean_speedup"))
+
 # -- at a glance: per variant, how often it passed, how fast against its baseline, how wrong
-glance = tables.accuracy(this["tidy"]).groupby(["family", "variant"]).agg(
+glance = acc.groupby(["family", "variant"]).agg(
     rows=("rows", "sum"), failed=("failed", "sum"), worst_total_rel_fro=("total_rel_fro", "max"),
     worst_kernel_rel_fro=("kernel_rel_fro", "max")).reset_index()
 if timed:
-    sp_all = tables.speedups(tables.best_tiles(timed["tidy"]), baseline_of).dropna(subset=["speedup"])
-    geo_all = sp_all.groupby("variant")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
-    glance[f"geomean_speedup ({timed['label']})"] = glance["variant"].map(geo_all)
+    glance[f"geomean_speedup ({timed['label']})"] = glance["variant"].map(geo.set_index("variant")["geomean_speedup"])
     glance["baseline"] = glance["variant"].map(baseline_of)
 glance["status"] = np.where(glance["failed"] > 0, "failed", "ok")
 sections.append("<h2>At a glance</h2>" + table(glance,
@@ -98,11 +104,7 @@ sections.append("<h2>Variants</h2>" + table(pd.DataFrame(
 
 # -- throughput, speedup, roofline
 if timed:
-    best = tables.best_tiles(timed["tidy"])
     lab = timed["label"]
-    sp = tables.speedups(best, baseline_of)
-    geo = (sp.dropna(subset=["speedup"]).groupby(["variant", "baseline"])["speedup"]
-           .apply(lambda s: float(np.exp(np.log(s).mean()))).reset_index(name="geomean_speedup"))
     dist0 = "normal" if (best["dist"] == "normal").any() else best["dist"].iloc[0]
     rows = tables.panels(best[best["dist"] == dist0], baseline_of, family_of)
     pts = tables.roofline_points(best[best["dist"] == dist0],
@@ -129,7 +131,6 @@ else:
             "no timed rows: this host has no GPU and no published GPU result set is configured"), name))
 
 # -- accuracy (this host's own numerics)
-acc = tables.accuracy(this["tidy"])
 not_ok = this["tidy"][this["tidy"]["status"] != "ok"][["variant", "dist", "shape", "tile", "status", "reason"]]
 sections.append(f"<h2>Accuracy — {html.escape(this['label'])}</h2>"
                 + save(figures.accuracy(acc, f"{this['label']}: total error (vs fp64 of the unquantized inputs) and "
