@@ -20,7 +20,8 @@ def _matmul_bf16(kernel, ops: Operands) -> torch.Tensor:
     return torch.matmul(ops["A"], ops["B"].T)
 
 
-register_format(Format("bf16", _to_bf16, _bf16_to_f64, "the unquantized inputs rounded to bf16"))
+register_format(Format("bf16", _to_bf16, _bf16_to_f64, reads=("A", "B"),
+                       description="the unquantized inputs rounded to bf16"))
 register_variant(
     Variant(
         name="cublas_bf16",

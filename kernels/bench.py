@@ -39,29 +39,54 @@ def _cuda_kernel_events(prof) -> list:
     return sorted(evs, key=lambda e: e.time_range.start)
 
 
-def split_by_flush(kernels: list[tuple[str, float]], flush_names: set[str]) -> list[float]:
-    """Per-repetition kernel time (ms) from a time-ordered trace of (kernel name, duration in µs):
-    each flush kernel opens a repetition, whose time is the sum of the kernels that follow it."""
-    samples: list[float] = []
-    current: float | None = None
+def split_by_flush(kernels: list[tuple[str, float]], flush_names: set[str]) -> list[tuple[tuple[str, ...], float]]:
+    """Per-repetition (kernel names, kernel time in ms) from a time-ordered trace of (kernel name,
+    duration in µs): each flush kernel opens a repetition, whose time is the sum of the kernels that
+    follow it up to the next flush."""
+    reps: list[tuple[tuple[str, ...], float]] = []
+    names: list[str] | None = None
+    total = 0.0
     for name, dur_us in kernels:
         if name in flush_names:
-            if current is not None:
-                samples.append(current)
-            current = 0.0
-        elif current is not None:
-            current += dur_us / 1e3
-    if current is not None:
-        samples.append(current)
-    return samples
+            if names is not None:
+                reps.append((tuple(names), total))
+            names, total = [], 0.0
+        elif names is not None:
+            names.append(name)
+            total += dur_us / 1e3
+    if names is not None:
+        reps.append((tuple(names), total))
+    return reps
 
 
-def time_cuda(fn: Callable[[], object], reps: int = 30, warmup: int = 5) -> dict:
-    """Median, p20 and p80 of the summed kernel time of ``fn`` over ``reps`` repetitions (CUPTI).
+class ForeignKernel(Exception):
+    """The timed window of a variant held a kernel that is not the variant's own."""
+
+
+def window_kernels(reps: list[tuple[tuple[str, ...], float]], own: set[str] | None = None) -> dict:
+    """What was summed per repetition: the kernel names (in launch order) and how many.
+
+    Every repetition must launch the same kernels. With ``own`` (the names of the variant's compiled
+    kernels) any other kernel in the window is refused: its time would be charged to the variant.
+    """
+    sequences = {names for names, _ in reps}
+    if len(sequences) != 1:
+        raise ForeignKernel(f"repetitions launched different kernels: {sorted(sequences)[:3]}")
+    (names,) = sequences
+    if not names:
+        raise ForeignKernel("no kernel ran in the timed window")
+    if own is not None and (foreign := sorted(set(names) - own)):
+        raise ForeignKernel(f"timed window holds kernels other than the variant's own {sorted(own)}: {foreign}")
+    return {"timed_kernels": ";".join(names), "kernels_per_rep": len(names)}
+
+
+def time_cuda(fn: Callable[[], object], reps: int = 30, warmup: int = 5, own_kernels: set[str] | None = None) -> dict:
+    """Median, p20 and p80 of the summed kernel time of ``fn`` over ``reps`` repetitions (CUPTI), and
+    the names of the kernels summed (see ``window_kernels``; ``own_kernels`` refuses any other).
 
     Each repetition is preceded by a pass over a 256 MB buffer that evicts L2; its kernel is identified
-    by name and splits the trace into repetitions. Falls back to CUDA events (noting it) if the trace
-    cannot be split.
+    by name and splits the trace into repetitions. There is no fallback to event timing: events would
+    time the host dispatch and every kernel between them, which is not what the row claims.
     """
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     for _ in range(warmup):
@@ -78,19 +103,8 @@ def time_cuda(fn: Callable[[], object], reps: int = 30, warmup: int = 5) -> dict
             flush.bitwise_not_()
             fn()
         torch.cuda.synchronize()
-    samples = split_by_flush([(e.name, e.time_range.elapsed_us()) for e in _cuda_kernel_events(prof)], flush_names)
-    if len(samples) == reps and all(s > 0 for s in samples):
-        return summarize(samples, "cupti_kernel_time")
-    return time_cuda_events(fn, reps, flush)
-
-
-def time_cuda_events(fn: Callable[[], object], reps: int, flush: torch.Tensor) -> dict:
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends, strict=True):
-        flush.bitwise_not_()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], "cuda_event")
+    split = split_by_flush([(e.name, e.time_range.elapsed_us()) for e in _cuda_kernel_events(prof)], flush_names)
+    if len(split) != reps:
+        raise RuntimeError(f"the CUPTI trace split into {len(split)} repetitions, expected {reps}")
+    window = window_kernels(split, own_kernels)
+    return summarize([t for _, t in split], "cupti_kernel_time") | window

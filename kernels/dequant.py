@@ -463,16 +463,16 @@ def dequant_gemm_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     return main
 
 
-def _zeros_operand(ops: Operands, fmt: W4Format) -> torch.Tensor:
+def _prepare_tilelang(ops: Operands, fmt: W4Format) -> Operands:
     if fmt.has_zeros:
-        return ops["zeros"]
+        return {}
     # the kernel signature is the same for every format; an unread one-element dummy stands in for
-    # the zeros (torch.empty launches no kernel, so it adds nothing to the timed kernel time)
-    return torch.empty(1, dtype=torch.bfloat16, device=ops["A"].device)
+    # the zeros, made once with the operands
+    return {"zeros": torch.empty(1, dtype=torch.bfloat16, device=ops["A"].device)}
 
 
 def _launch_tilelang(kernel, ops: Operands, fmt: W4Format) -> torch.Tensor:
-    return kernel(ops["A"], ops["B"], ops["scales"], _zeros_operand(ops, fmt))
+    return kernel(ops["A"], ops["B"], ops["scales"], ops["zeros"])
 
 
 def _launch_torch(kernel, ops: Operands, fmt: W4Format) -> torch.Tensor:
@@ -491,6 +491,7 @@ for _fmt in W4_FORMATS.values():
             name=_fmt.name,
             quantize=partial(_quantize, fmt=_fmt),
             dequantize=partial(_dequantize, fmt=_fmt),
+            reads=("A", "B", "scales", "zeros") if _fmt.has_zeros else ("A", "B", "scales"),
             description=f"A bf16; weight {_fmt.description}",
         )
     )
@@ -501,9 +502,13 @@ for _fmt in W4_FORMATS.values():
             input_format=_fmt.name,
             emulate=partial(emulate_dequant_gemm, fmt=_fmt),
             launch=partial(_launch_tilelang, fmt=_fmt),
+            prepare=partial(_prepare_tilelang, fmt=_fmt),
             kernel=partial(dequant_gemm_kernel, fmt=_fmt),
             out_idx=(4,),
+            # bf16 wgmma accumulates in full fp32 like cuBLAS's bf16 GEMM: the unquantized GEMM is the
+            # matched peer; torch's decode-then-matmul of the same weight is the second column
             baseline="cublas_bf16",
+            second_baseline=f"torch_dequant_matmul_{_fmt.name}",
             instructions={"sm_90a": WGMMA_RS_BF16, "sm_89": MMA_SYNC_BF16, "sm_100a": MMA_SYNC_BF16},
             description=(
                 f"TileLang W4A16 ({_fmt.name}): packed weight decoded in registers straight into the "

@@ -28,7 +28,7 @@ from functools import partial
 
 import torch
 
-from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
 
@@ -131,6 +131,7 @@ register_format(
         name="int4_tensor",
         quantize=_quantize_packed,
         dequantize=_dequantize,
+        reads=("A_packed", "B_packed"),  # the scales are applied to the int32 result, outside the kernel
         description="int4 in [-8,7], one fp32 scale per tensor (amax/7, round to nearest, clamp), "
         "packed two per byte along K: A_packed (M,K/2), B_packed (N,K/2) int8",
     )
@@ -140,6 +141,7 @@ register_format(
         name="int4_tensor_unpacked_s8",
         quantize=_quantize_unpacked,
         dequantize=_dequantize,
+        reads=("A", "B"),
         description="the int4_tensor values already unpacked to int8: A (M,K), B (N,K), same scales",
     )
 )
@@ -263,8 +265,8 @@ def gemm_int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_register
     from tilelang.layout import make_swizzled_layout
 
     bM, bN, bK, threads = tile.block_M, tile.block_N, tile.block_K, tile.threads
-    if reason := unpack_s8_shape_limit(M, N, K):
-        raise ValueError(reason)
+    if reason := unpack_s8_shape_limit(M, N, K):  # the variants' declared shape_limit: a known refusal
+        raise Unsupported(reason)
     if bK % 32:
         raise ValueError(f"int4_unpack_s8: block_K={bK} must be a multiple of 32 (s8 wgmma k32, 16-byte decode chunks)")
     for rows in (bN,) if a_in_registers else (bN, bM):
@@ -487,7 +489,7 @@ _COMMON = dict(
     exact_reference=exact_int_product,
     to_real=int_to_real,
     ops_unit="TOPS",
-    ceiling="int8_matmul",
+    precision="int8",
 )
 _VS_INT_MM = dict(baseline="int8_torch_int_mm", **_COMMON)
 

@@ -16,6 +16,11 @@ import torch
 
 Operands = dict[str, torch.Tensor]
 
+
+class Unsupported(Exception):
+    """A known refusal, never a failure in disguise: a declared arch rule, a library's documented shape
+    limit, or TileLang's refusal of a dtype for a target. The message says which and why."""
+
 FAMILY_MODULES = ("kernels.baselines", "kernels.fp8", "kernels.int4", "kernels.blockscaled", "kernels.dequant")
 
 
@@ -26,6 +31,9 @@ class Format:
     quantize: Callable[[torch.Tensor, torch.Tensor], Operands]
     # operands -> (A_hat (M,K), B_hat (N,K)) float64: what the kernel actually multiplies
     dequantize: Callable[[Operands], tuple[torch.Tensor, torch.Tensor]]
+    # the stored tensors a kernel on this format reads (its compulsory memory traffic); other stored
+    # tensors (e.g. a transposed copy of the scales kept for another consumer) are not counted
+    reads: tuple[str, ...] = ()
     description: str = ""
 
 
@@ -36,8 +44,12 @@ class Variant:
     input_format: str
     # CPU emulation of the variant's arithmetic: operands -> output (M, N)
     emulate: Callable[[Operands], torch.Tensor]
-    # GPU: (compiled kernel or None, operands on the GPU) -> output (M, N)
+    # GPU: (compiled kernel or None, prepared operands on the GPU) -> output (M, N); the timed call,
+    # so it must launch nothing but the variant's own kernels
     launch: Callable[[object, Operands], torch.Tensor]
+    # once per input set, untimed: helper work on the GPU operands (scale products, layout changes)
+    # -> extra operands ``launch`` reads; done with the operands, never inside the timed window
+    prepare: Callable[[Operands], Operands] | None = None
     # TileLang kernel factory (M, N, K, tile) -> PrimFunc; None for a library baseline
     kernel: Callable | None = None
     out_idx: tuple[int, ...] = ()
@@ -54,10 +66,16 @@ class Variant:
     # extra correctness checks run before timing: (launch_fn(ops)->out, M, N, K, device) -> {name: ok}
     self_checks: Callable | None = None
     ops_unit: str = "TFLOP/s"
-    # the ceiling (kernels.ceilings) its throughput is a fraction of
-    ceiling: str = "bf16_matmul"
-    # the library variant its speedup is reported against (same precision where the library has it)
+    # the tensor-core precision its throughput is bounded by (a key of the platform's datasheet peaks)
+    precision: str = "bf16"
+    # the matched peer: the library variant with the same accumulation semantics (e.g. fp8 without
+    # promotion against cuBLAS fast accumulation); the speedup is taken against it
     baseline: str | None = None
+    # a second library variant reported beside the matched peer (another column, never the headline)
+    second_baseline: str | None = None
+    # run time: (regex on the library's error message, what it means) for the documented refusals of
+    # a library call; a matching error is unsupported with the library's message, any other is failed
+    run_refusals: tuple[tuple[str, str], ...] = ()
     # minimum arch (compute capability) for a library baseline to run, e.g. 89 for fp8
     min_cc: int = 0
     # (M, N, K) -> why this shape cannot run (e.g. a library's alignment rule), or None
@@ -96,6 +114,14 @@ def get_variant(name: str) -> Variant:
         raise KeyError(f"unknown variant {name!r}; known: {', '.join(sorted(VARIANTS))}") from None
 
 
+def unchecked_targets(variant: Variant, targets: list[str]) -> list[str]:
+    """The targets a TileLang variant would compile for with nothing to prove its instructions: neither an
+    instruction check nor a declared unsupported reason. Library baselines compile nothing: always []."""
+    if variant.kernel is None:
+        return []
+    return [t for t in targets if t not in variant.instructions and t not in variant.unsupported]
+
+
 def get_format(name: str) -> Format:
     load_all()
     try:
@@ -105,18 +131,24 @@ def get_format(name: str) -> Format:
 
 
 def bytes_per_element(variant_name: str, K: int = 512) -> tuple[float, float, float]:
-    """Stored bytes per element of A, of B (scales included) and of C for a variant's format.
+    """Bytes per element of A and of B (scales included) that the kernel reads, and of C it writes.
 
-    Measured by quantizing two small problems that differ in M and N only (bytes = a·M·K + b·N·K),
-    so every format, packing and scale layout is accounted for without per-format bookkeeping.
+    Only the tensors the format names in ``reads`` count. Measured by quantizing two small problems
+    that differ in M and N only (bytes = a·M·K + b·N·K), so packing and scale layouts are accounted
+    for without per-format arithmetic.
     """
     v = get_variant(variant_name)
     fmt = get_format(v.input_format)
+    if not fmt.reads:
+        raise ValueError(f"format {fmt.name!r} does not name the tensors its kernels read (Format.reads)")
     g = torch.Generator().manual_seed(0)
 
     def total(M: int, N: int) -> tuple[int, torch.Tensor]:
         ops = fmt.quantize(torch.randn(M, K, generator=g), torch.randn(N, K, generator=g))
-        return sum(t.numel() * t.element_size() for t in ops.values()), v.emulate(ops)
+        missing = set(fmt.reads) - set(ops)
+        if missing:
+            raise ValueError(f"format {fmt.name!r} reads {sorted(missing)}, which its quantize does not produce")
+        return sum(ops[k].numel() * ops[k].element_size() for k in fmt.reads), v.emulate(ops)
 
     t1, out = total(64, 64)
     t2, _ = total(128, 64)

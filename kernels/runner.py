@@ -8,15 +8,15 @@ timed.
 from __future__ import annotations
 
 import math
+import re
 import traceback
-from collections.abc import Callable
 
 import torch
 
 from kernels import bench
 from kernels import compile as kcompile
 from kernels.metrics import error_metrics
-from kernels.registry import Operands, Variant, get_format
+from kernels.registry import Operands, Unsupported, Variant, get_format
 from kernels.tiles import EMULATED, LIBRARY, Tile
 
 TOLERANCE_KEYS = ("total_rel_fro", "total_calc_diff", "kernel_rel_fro", "kernel_calc_diff")
@@ -68,6 +68,29 @@ def _flops(M: int, N: int, K: int) -> float:
     return 2.0 * M * N * K
 
 
+def kernel_names(source: str) -> set[str]:
+    """The ``__global__`` functions a compiled TileLang kernel defines: what its timed window may hold."""
+    return set(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", source))
+
+
+def classify_run_error(variant: Variant, exc: BaseException) -> tuple[str, str]:
+    """(status, reason) of an exception raised while running one tile: unsupported only for a known
+    refusal (``Unsupported``, or a library message matching one of the variant's ``run_refusals``),
+    failed for everything else."""
+    msg = " ".join(str(exc).split())
+    if isinstance(exc, Unsupported):
+        return "unsupported", msg
+    for pattern, meaning in variant.run_refusals:
+        if re.search(pattern, msg):
+            return "unsupported", f"{meaning}: {type(exc).__name__}: {msg}"[:500]
+    return "failed", kcompile.error_summary(exc)
+
+
+def prepared(variant: Variant, ops: Operands) -> Operands:
+    """The operands plus the variant's one-time helper tensors (``Variant.prepare``), made untimed."""
+    return ops | variant.prepare(ops) if variant.prepare else dict(ops)
+
+
 def run_gpu(
     variant: Variant, A: torch.Tensor, B: torch.Tensor, ops: Operands, tiles: list[Tile], arch: str,
     tolerance: dict, reps: int, warmup: int,
@@ -78,7 +101,7 @@ def run_gpu(
     refs = References(A, B, dev_ops, variant.input_format, "cuda")
     rows = []
     cc = torch.cuda.get_device_capability()
-    candidates: list[tuple[str, Callable[[], object] | None, str]] = []
+    candidates: list[tuple[str, Tile | None, str]] = []
     limit = variant.shape_limit(M, N, K) if variant.shape_limit else None
     if variant.kernel is None:
         ok = cc[0] * 10 + cc[1] >= variant.min_cc
@@ -93,30 +116,34 @@ def run_gpu(
             continue
         try:
             kernel = kcompile.build(variant, M, N, K, tile, arch) if tile is not None else None
+            own = kernel_names(kernel.get_kernel_source()) if kernel is not None else None
+            run_ops = prepared(variant, dev_ops)
+            torch.cuda.synchronize()
 
-            def call(o: Operands = dev_ops, k=kernel) -> torch.Tensor:
+            def call(o: Operands = run_ops, k=kernel) -> torch.Tensor:
                 return launch(k, o)
 
             out = call()
             torch.cuda.synchronize()
             m = measure_output(variant, out, dev_ops, refs)
             if variant.self_checks is not None:
-                checks = variant.self_checks(lambda o, k=kernel: launch(k, o), M, N, K, "cuda")
+                checks = variant.self_checks(lambda o, k=kernel: launch(k, prepared(variant, o)), M, N, K, "cuda")
                 m |= {f"check_{name}": bool(ok) for name, ok in checks.items()}
             reasons = judge(m, tolerance)
             row |= m
             if reasons:  # correctness first: a wrong kernel is not timed
                 rows.append(row | {"status": "failed", "reason": "; ".join(reasons)})
                 continue
-            t = bench.time_cuda(call, reps=reps, warmup=warmup)
+            # a TileLang variant's window may hold only its own kernels; a library call's are recorded
+            t = bench.time_cuda(call, reps=reps, warmup=warmup, own_kernels=own)
             row |= t
             row["throughput"] = _flops(M, N, K) / (t["time_ms_median"] * 1e-3) / 1e12
             rows.append(row | {"status": "ok", "reason": ""})
-        except kcompile.UnsupportedTarget as e:
-            rows.append(row | {"status": "unsupported", "reason": str(e)})
         except Exception as e:  # one bad tile must not lose the others
-            rows.append(row | {"status": "error", "reason": f"{type(e).__name__}: {e}"[:500],
-                               "traceback": traceback.format_exc()[-2000:]})
+            status, reason = classify_run_error(variant, e)
+            print(f"{variant.name} {M}x{N}x{K} {tile_name}: {status}: {reason}", flush=True)
+            traceback.print_exc()  # the whole traceback goes to the rule's log
+            rows.append(row | {"status": status, "reason": reason})
             if isinstance(e, torch.cuda.OutOfMemoryError):
                 torch.cuda.empty_cache()
     for r in rows:

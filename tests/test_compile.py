@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from kernels.compile import compile_record
+from kernels.compile import TILELANG_REFUSALS, compile_record, error_summary, known_refusal
 from kernels.registry import get_variant
 from kernels.tiles import parse_tile
 
@@ -35,7 +35,129 @@ def test_declared_unsupported_target_is_recorded_not_raised(tmp_path):
     assert (rec["status"], rec["reason"]) == ("unsupported", "no reason at all")
 
 
-def test_compiler_refusal_is_unsupported_with_reason(tmp_path):
-    # 3 consumer warpgroups of 64x256 fp32 accumulators do not fit the register file
+def test_register_overflow_is_failed_with_reason_and_traceback(tmp_path, capsys):
+    # 3 consumer warpgroups of 64x256 fp32 accumulators do not fit the register file: a tile mistake
     rec = compile_record(get_variant("fp8_e4m3"), 384, 512, 256, parse_tile("m192n256k128_s3_t384_wrow"), "sm_90a", tmp_path)
-    assert rec["status"] == "unsupported" and rec["reason"]
+    assert rec["status"] == "failed"
+    assert rec["reason"].startswith("RuntimeError: ") and "Insufficient registers" in rec["reason"]
+    assert "#include" not in rec["reason"] and len(rec["reason"]) < 700  # not the CUDA source nvcc was given
+    assert "Traceback (most recent call last)" in capsys.readouterr().out  # the rule's log
+
+
+# ---- known refusals: each rule recognises TileLang's real message and nothing else ---------------
+
+# TileLang 0.1.15's messages, as raised (int4_mma on sm_90a without its pass config; blockscaled_sm100
+# on sm_90a without its declared rule)
+INT4_TMA = "Check failed: (0) is false: int4"
+_BLOCKSCALED = (
+    "Block-scaled GEMM requires either Blackwell SM100 TCGEN5MMA (A/B in shared memory, C in tensor memory) or "
+    "SM120 mma.sync (A in shared memory or a fragment, B in shared memory, C in a fragment), but got "
+    'target={{"kind":"cuda","tag":"","keys":["cuda","gpu"],"host":{{"kind":"c","tag":"","keys":["cpu"]}},'
+    '"max_num_threads":1024,"thread_warp_size":32,"arch":"{arch}"}}, A scope=shared.dyn, B scope=shared.dyn, '
+    "C scope=shared.tmem, M=128, N=128, K=128.\n  --> /work/main/kernels/blockscaled.py:431:1\n      |\n"
+    " 431 |             A_s = T.alloc_shared((bM, bK), fp8)\n      |             ^"
+)
+NVCC_ARCH = (
+    "#include <tl_templates/cuda/gemm.h>\nextern \"C\" __global__ void main_kernel() {}\n\n"
+    "Compilation error:\nnvcc fatal   : Unsupported gpu architecture 'sm_75'\n\n"
+    "Command: /usr/local/bin/nvcc -ccbin=/usr/bin/g++ --cubin -O3 -lineinfo -arch=sm_75 -std=c++20 "
+    "-o /tmp/tmp_6djp0mf/tvm_kernels.cubin /tmp/tmp_6djp0mf/tvm_kernels.cu\n"
+)
+PTXAS_REGISTERS = (
+    "#include <cuda.h>\n\nCompilation error:\n"
+    "/x/cuda_fp8.h(139): warning #20012-D: __device__ annotation is ignored on a non-virtual function\n"
+    "ptxas fatal   : (C7602) Insufficient registers (128) to compile instruction at line 1282 in function "
+    "main_kernel. Try to compile with register target of 154 or higher.\n"
+    "ptxas fatal   : Ptx assembly aborted due to errors\n\nCommand: nvcc -arch=sm_90a\n"
+)
+WGMMA_GEMM = (
+    "T.wgmma_gemm() requires Hopper WGMMA lowering, but constraints were not satisfied. Got target="
+    '{"kind":"cuda","arch":"sm_89"}, A(scope=local.fragment, dtype=int8), B(scope=shared.dyn, dtype=int8)'
+)
+REAL_REFUSALS = {"int4_tma": INT4_TMA, "blockscaled_mma_target": _BLOCKSCALED.format(arch="sm_90a")}
+NOT_REFUSALS = {
+    "nvcc: unknown arch": RuntimeError(NVCC_ARCH),
+    "ptxas: register overflow": RuntimeError(PTXAS_REGISTERS),
+    "a tile that does not fit": ValueError("blockscaled_sm90: block_K must be 128 (the promotion interval), got 64"),
+    "the TMA refusal of another dtype": RuntimeError("Check failed: (0) is false: int4x2"),
+    # on sm_100a the block-scaled MMA exists: the same text there means the kernel put A, B or C in the
+    # wrong scope, a bug
+    "block-scaled GEMM on sm_100a": RuntimeError(_BLOCKSCALED.format(arch="sm_100a")),
+    "wgmma_gemm constraints (the declared rule covers it)": RuntimeError(WGMMA_GEMM),
+    "a Python bug": NameError("name 'bM' is not defined"),
+    "empty": RuntimeError(""),
+}
+
+
+def test_every_refusal_rule_has_its_real_message():
+    assert {r.name for r in TILELANG_REFUSALS} == set(REAL_REFUSALS)
+
+
+@pytest.mark.parametrize("name", sorted(REAL_REFUSALS))
+def test_refusal_rule_recognises_its_real_message_only(name):
+    rule = known_refusal(RuntimeError(REAL_REFUSALS[name]))
+    assert rule is not None and rule.name == name
+    others = [n for n in REAL_REFUSALS if n != name]
+    assert all(known_refusal(RuntimeError(REAL_REFUSALS[o])).name != name for o in others)
+    # the arch rule applies to every target below sm_100 it can be raised for
+    if name == "blockscaled_mma_target":
+        assert known_refusal(RuntimeError(_BLOCKSCALED.format(arch="sm_89"))) is rule
+
+
+@pytest.mark.parametrize("what", sorted(NOT_REFUSALS))
+def test_other_errors_are_no_known_refusal(what):
+    assert known_refusal(NOT_REFUSALS[what]) is None
+
+
+def test_error_summary_keeps_nvcc_errors_not_the_source():
+    assert error_summary(RuntimeError(NVCC_ARCH)) == "RuntimeError: nvcc fatal : Unsupported gpu architecture 'sm_75'"
+    summary = error_summary(RuntimeError(PTXAS_REGISTERS))
+    assert "Insufficient registers (128)" in summary and "warning" not in summary and "#include" not in summary
+    assert error_summary(ValueError("a\n  b")) == "ValueError: a b"
+    assert error_summary(ValueError("x" * 900)).endswith("x ...")
+
+
+# ---- the three statuses from real compiles ---------------------------------------------------------
+
+SHAPE = (256, 256, 512)
+
+
+def test_int4_tma_refusal_is_unsupported(tmp_path):
+    # without its pass config (warp specialization off) int4_mma's T.int4 copies go through TMA
+    v = dataclasses.replace(get_variant("int4_mma"), pass_configs={})
+    rec = compile_record(v, *SHAPE, parse_tile("m128n128k128_s3_t128"), "sm_90a", tmp_path)
+    assert rec["status"] == "unsupported" and "int4_tma" in rec["reason"] and INT4_TMA in rec["reason"]
+
+
+def test_blockscaled_mma_refusal_is_unsupported(tmp_path):
+    v = dataclasses.replace(get_variant("blockscaled_sm100"), unsupported={})
+    rec = compile_record(v, *SHAPE, parse_tile("m128n128k128_s1_t128"), "sm_90a", tmp_path)
+    assert rec["status"] == "unsupported" and "blockscaled_mma_target" in rec["reason"]
+
+
+@pytest.mark.parametrize("arch,reason", [
+    ("sm_75", "no instruction check for sm_75"),  # builds, but nothing proves it uses a tensor core
+    ("sm_999", "RuntimeError: nvcc fatal : Unsupported gpu architecture 'sm_999'"),
+    ("bogus", "AssertionError: Target {'kind': 'cuda', 'arch': 'bogus'} is not supported"),
+])
+def test_unknown_target_is_failed_not_unsupported(tmp_path, arch, reason):
+    rec = compile_record(get_variant("fp8_e4m3"), 128, 128, 256, TILE, arch, tmp_path)
+    assert rec["status"] == "failed" and reason in rec["reason"], rec
+
+
+def test_tile_that_does_not_fit_is_failed_with_its_message(tmp_path, capsys):
+    rec = compile_record(get_variant("blockscaled_sm90"), *SHAPE, parse_tile("m128n128k64_s3_t256"), "sm_90a", tmp_path)
+    assert rec["status"] == "failed"
+    assert rec["reason"] == "ValueError: blockscaled_sm90: block_K must be 128 (the promotion interval), got 64"
+    assert "Traceback (most recent call last)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("variant,tile,K,words", [
+    ("blockscaled_sm90", "m128n128k128_s3_t128", 200, "must be a multiple of 128"),
+    ("int4_unpack_s8", "m128n256k128_s3_t256_wrow_z8", 48, "K divisible by 32"),
+])
+def test_declared_shape_limit_is_unsupported(tmp_path, variant, tile, K, words):
+    v = get_variant(variant)
+    assert v.shape_limit(256, 256, K)  # the same rule the variant declares
+    rec = compile_record(v, 256, 256, K, parse_tile(tile), "sm_90a", tmp_path)
+    assert rec["status"] == "unsupported" and words in rec["reason"], rec

@@ -28,6 +28,9 @@ def test_default_config_dry_run_plans_every_stage():
     # int4 packs two values per byte along K: an odd K is refused up front, naming where it came from
     (lambda c: (c["variants"].update(int4_mma={"tiles": {"default": ["m64n64k64_s2_t128"]}, "tolerance": {}}),
                 c["sweeps"].update(cpu=["64x64x127"])), "sweeps.cpu: shape 64x64x127 does not fit int4_mma"),
+    # a target no instruction check covers would compile "ok" with any instructions at all
+    (lambda c: c.update(targets=["sm_90a", "sm_75"]),
+     "variants.fp8_e4m3: target sm_75 has no instruction check (kernels/fp8.py Variant.instructions)"),
 ])
 def test_config_errors_name_the_bad_key(tmp_path, edit, key):
     cfg = tiny_config()

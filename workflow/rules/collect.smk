@@ -1,5 +1,5 @@
-# Stage 4: one tidy table of every run (one row per target x variant x distribution x shape x tile),
-# and the compile matrix.
+# Stage 4: one tidy table of every run (one row per target x config entry x distribution x shape x
+# tile, unique), its limits (physical and measured best, roofs.csv) and the compile matrix.
 
 
 rule collect:
@@ -11,6 +11,9 @@ rule collect:
         csv="results/{platform}/tidy.csv",
         parquet="results/{platform}/tidy.parquet",
         compile_matrix="results/{platform}/compile_matrix.csv",
+        roofs="results/{platform}/roofs.csv",
+    params:
+        physical=PHYSICAL,
     conda:
         "../../envs/report.yaml"
     log:

@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 REPO = Path(workflow.basedir)
 sys.path.insert(0, str(REPO))
 
+from kernels.deps import compile_jobs, import_closure  # noqa: E402
 from kernels.device import detect_gpu  # noqa: E402
 from kernels.registry import FORMATS, VARIANTS, load_all  # noqa: E402
 from kernels.tiles import LIBRARY, parse_shape, parse_tile  # noqa: E402
@@ -18,6 +19,8 @@ load_all()
 
 def validate_config(cfg):
     """Schema first, then what a schema cannot know; every message names the offending key."""
+    from kernels.registry import unchecked_targets
+
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(cfg), key=lambda e: list(e.path))
     if errors:
@@ -41,6 +44,12 @@ def validate_config(cfg):
                     parse_tile(t)
                 except ValueError as e:
                     raise WorkflowError(f"invalid config:\n  variants.{name}.tiles.{target}: {e}") from None
+        # a target nothing checks would compile "ok" whatever instructions it got (issue 9)
+        for target in unchecked_targets(VARIANTS[impl], cfg["targets"]):
+            factory = getattr(VARIANTS[impl].kernel, "func", VARIANTS[impl].kernel)
+            raise WorkflowError(f"invalid config:\n  variants.{name}: target {target} has no instruction check "
+                                f"({factory.__module__.replace('.', '/')}.py Variant.instructions) and no declared "
+                                "unsupported reason")
     check_shapes_fit_formats(cfg)
     cfg.setdefault("tilelang_cache", ".cache/tilelang")
 
@@ -84,6 +93,26 @@ def resolve_platform(wanted):
 
 validate_config(config)
 PLATFORM, RUN_ARCH = resolve_platform(config["platform"])
+
+
+def physical_limits(platform):
+    """The platform's datasheet limits (config platforms.<slug>); a GPU platform must have them, with
+    a peak for the precision of every variant that runs."""
+    if platform == "cpu":
+        return None
+    limits = config["platforms"].get(platform)
+    if limits is None:
+        raise WorkflowError(f"invalid config:\n  platforms.{platform}: no datasheet limits for this GPU; add its "
+                            "dense peak per precision and its HBM bandwidth (see config.yaml)")
+    for entry in config["variants"]:
+        precision = VARIANTS[config["variants"][entry].get("uses", entry)].precision
+        if precision not in limits["peak"]:
+            raise WorkflowError(f"invalid config:\n  platforms.{platform}.peak.{precision}: missing, and "
+                                f"variants.{entry} is bounded by it")
+    return limits
+
+
+PHYSICAL = physical_limits(PLATFORM)
 HOST_KIND = "cpu" if PLATFORM == "cpu" else "gpu"
 TARGETS = config["targets"]
 if RUN_ARCH is not None and RUN_ARCH not in TARGETS:
@@ -91,7 +120,7 @@ if RUN_ARCH is not None and RUN_ARCH not in TARGETS:
 RUN_VARIANTS = list(config["variants"])
 DISTS = config["distributions"]
 
-FIGURES = ["throughput", "speedup", "roofline", "accuracy", "compile_matrix", "comparison"]
+FIGURES = ["headline", "throughput", "speedup", "roofline", "accuracy", "compile_matrix", "comparison"]
 
 wildcard_constraints:
     platform="[a-z0-9]+",
@@ -114,9 +143,11 @@ def variant_shapes(variant):
     return config["variants"][variant].get("shapes", {}).get(HOST_KIND) or config["sweeps"][HOST_KIND]
 
 
-def compile_shapes(variant):
-    # a GPU host needs a kernel per shape it runs; a CPU host only proves each build
-    return config["sweeps"]["cpu_compile"] if RUN_ARCH is None else variant_shapes(variant)
+def variant_compile_jobs(variant):
+    """(target, tile, shapes) per kernel of a variant's compile job: this GPU's arch at every shape it
+    runs, every other target (all of them on a CPU host) at the compile-check shapes only."""
+    return compile_jobs({t: tiles_for(variant, t) for t in TARGETS}, RUN_ARCH, variant_shapes(variant),
+                        config["sweeps"]["cpu_compile"])
 
 
 def tiles_for(variant, target):
@@ -143,29 +174,38 @@ def compile_outputs():
             for v in RUN_VARIANTS if is_tilelang(v) for t in TARGETS for tile in tiles_for(v, t)]
 
 
-def _module_file(obj):
+def _module_of(obj):
     while hasattr(obj, "func"):  # functools.partial
         obj = obj.func
-    return str(Path(sys.modules[obj.__module__].__file__).relative_to(REPO))
+    return obj.__module__
 
 
-# Snakemake reruns a job when its script changes, not when code it imports does: the kernels/
-# modules a job's result depends on are declared as inputs, so editing a kernel reruns its jobs.
-SHARED_CODE = ["kernels/registry.py", "kernels/tiles.py", "kernels/tn_gemm.py"]
+# Snakemake reruns a job when its script changes, not when code it imports does: a job's code inputs
+# are the import closure (kernels/deps.py) of the modules it uses and of its script's imports, so
+# editing any module a job reaches, directly or not, reruns that job.
+STAGE_CODE = {"compile": (["kernels.compile"], ["workflow/scripts/compile_kernel.py"]),
+              "run": (["kernels.compile", "kernels.runner", "kernels.bench", "kernels.metrics", "kernels.inputs",
+                       "kernels.device"], ["workflow/scripts/compile_kernel.py", "workflow/scripts/run_variant.py"]),
+              "inputs": (["kernels.inputs"], ["workflow/scripts/build_inputs.py"])}
+
+
+def _format_modules(fmt):
+    return {_module_of(f) for f in (FORMATS[fmt].quantize, FORMATS[fmt].dequantize)}
 
 
 def variant_code(variant, stage):
+    """Code inputs of a variant's compile or run job."""
     v = impl(variant)
-    own = {_module_file(f) for f in (v.launch, v.emulate, v.kernel) if f is not None}
-    fmt = FORMATS[v.input_format]
-    stage_code = {"compile": ["kernels/compile.py"],
-                  "run": ["kernels/compile.py", "kernels/runner.py", "kernels/bench.py", "kernels/metrics.py",
-                          "kernels/inputs.py", "kernels/device.py", _module_file(fmt.dequantize)]}[stage]
-    return sorted(set(SHARED_CODE) | own | set(stage_code))
+    own = {_module_of(f) for f in (v.launch, v.emulate, v.kernel) if f is not None} | _format_modules(v.input_format)
+    modules, scripts = STAGE_CODE[stage]
+    return import_closure(sorted(own | set(modules)), REPO, scripts)
 
 
 def format_code(shape):
-    return sorted({"kernels/inputs.py", *SHARED_CODE} | {_module_file(FORMATS[f].quantize) for f in input_formats(shape)})
+    """Code inputs of the inputs job of a shape: the formats it writes."""
+    modules, scripts = STAGE_CODE["inputs"]
+    own = set().union(*(_format_modules(f) for f in input_formats(shape)))
+    return import_closure(sorted(own | set(modules)), REPO, scripts)
 
 
 def run_outputs():

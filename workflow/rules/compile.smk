@@ -1,5 +1,7 @@
 # Stage 2: cross-compile each TileLang variant, every tile for every configured target, on any host
 # (one rule per variant, compile_<variant>; one process per variant keeps start-up costs down).
+# A GPU host compiles its own arch at every shape it runs; every other target, and every target on a
+# CPU-only host, at the sweeps.cpu_compile shapes only (enough to prove the kernel builds).
 # A target that cannot build a variant is recorded as unsupported (with the compiler's reason).
 
 
@@ -16,8 +18,8 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             artifacts=directory(f"results/{{platform}}/compile/{_variant}/artifacts"),
         params:
             variant=impl(_variant).name,
-            jobs=[(t, tile) for t in TARGETS for tile in tiles_for(_variant, t)],
-            shapes=compile_shapes(_variant),
+            # (target, tile, shapes), in the order of records
+            jobs=variant_compile_jobs(_variant),
         conda:
             "../../envs/gpu.yaml"
         log:

@@ -6,6 +6,7 @@ rule report:
     input:
         tidy="results/{platform}/tidy.parquet",
         compile_matrix="results/{platform}/compile_matrix.csv",
+        roofs="results/{platform}/roofs.csv",
         ceilings=[f"results/{PLATFORM}/ceilings.json"] if RUN_ARCH else [],
         references=[f"{d}/tidy.parquet" for d in config["report"]["compare_with"]],
     output:
@@ -26,6 +27,7 @@ rule report_published:
     input:
         tidy="results/published/{platform}/tidy.parquet",
         compile_matrix="results/published/{platform}/compile_matrix.csv",
+        roofs="results/published/{platform}/roofs.csv",
     output:
         html="results/published/{platform}/report.html",
         **report_outputs("results/published/{platform}"),

@@ -49,6 +49,29 @@ def throughput(panel_rows: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
+def headline_speedup(sp: pd.DataFrame, title: str) -> plt.Figure:
+    """Per family, each TileLang variant's speedup over its matched peer per shape; 1.0 = parity."""
+    if sp.empty or sp["speedup"].notna().sum() == 0:
+        return message(f"{title}: no speedups (no variant and its matched peer both timed in this set)")
+    data = sp.dropna(subset=["speedup"])
+    fams = sorted(data["family"].unique())
+    fig, axes = plt.subplots(1, len(fams), figsize=(4.6 * len(fams) + 1.5, 4.4), squeeze=False)
+    for ax, fam in zip(axes[0], fams, strict=True):
+        sub = data[data["family"] == fam]
+        order = sorted(sub["shape"].unique(), key=_shape_key)
+        peers = ", ".join(sorted(sub["baseline"].unique()))
+        sns.barplot(data=sub, x="shape", y="speedup", hue="variant", order=order, ax=ax, errorbar=None,
+                    palette="tab10")
+        ax.axhline(1.0, color="#222", lw=1.4, ls="--")
+        ax.set_title(f"{fam}\nvs {peers}", fontsize=10)
+        ax.set_xlabel("")
+        ax.set_ylabel("speedup over matched peer" if ax is axes[0][0] else "")
+        ax.tick_params(axis="x", rotation=60, labelsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.42), frameon=False, ncol=1)
+    fig.suptitle(title, y=1.02)
+    return fig
+
+
 def speedup(sp: pd.DataFrame, title: str) -> plt.Figure:
     if sp.empty:
         return message(f"{title}: no speedups (no variant and its baseline both timed)")
@@ -56,7 +79,7 @@ def speedup(sp: pd.DataFrame, title: str) -> plt.Figure:
     grid = grid[sorted(grid.columns, key=_shape_key)]
     fig, ax = plt.subplots(figsize=(min(2 + 0.9 * grid.shape[1], 18), 1.2 + 0.42 * grid.shape[0]))
     sns.heatmap(grid, annot=True, fmt=".2f", center=1.0, cmap="RdBu", vmin=0, vmax=2, ax=ax,
-                cbar_kws={"label": "speedup over baseline"}, linewidths=0.5)
+                cbar_kws={"label": "speedup over matched peer"}, linewidths=0.5)
     ax.grid(False)
     ax.set_title(title)
     ax.set_xlabel("")
@@ -64,25 +87,36 @@ def speedup(sp: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
-def roofline(points: pd.DataFrame, ceilings: dict, title: str) -> plt.Figure:
-    """Measured points against the same run's copy bandwidth and library peaks."""
-    if points.empty or not ceilings:
-        return message(f"{title}: no timed rows or no ceilings measured")
-    fig, ax = plt.subplots(figsize=(10, 6))
+def roofline(points: pd.DataFrame, roofs: pd.DataFrame, title: str) -> plt.Figure:
+    """Timed points against the physical roofs (datasheet peak per precision, HBM bandwidth; solid)
+    and the measured best of the same run (best kernel or library probe per precision, copy
+    bandwidth; dashed)."""
+    if points.empty or roofs.empty:
+        return message(f"{title}: no timed rows or no limits for this set")
+    fig, ax = plt.subplots(figsize=(11, 6.5))
     sns.scatterplot(data=points, x="intensity", y="throughput", hue="family", style="family", s=55, ax=ax)
-    bw = ceilings.get("copy_bandwidth", {}).get("value")
     x = np.logspace(np.log10(points["intensity"].min() / 2), np.log10(points["intensity"].max() * 2), 200)
-    peaks = [(k, v) for k, v in ceilings.items() if k != "copy_bandwidth"]
-    for (name, c), color in zip(peaks, sns.color_palette("dark", len(peaks)), strict=True):
-        peak = c["value"]
-        y = np.minimum(peak, bw * x) if bw else np.full_like(x, peak)
-        ax.plot(x, y, color=color, lw=1.3, ls="--")
-        ax.annotate(f"{name} {peak:.0f} {c['unit']}", (x[-1], peak), ha="right", va="bottom", fontsize=8, color=color)
+    precisions = sorted(set(roofs["precision"]) - {"memory"})
+    colors = dict(zip(precisions, sns.color_palette("dark", len(precisions)), strict=True))
+    for kind, ls in (("physical", "-"), ("measured", "--")):
+        lim = roofs[roofs["kind"] == kind].set_index("precision")
+        bw = lim["value"].get("memory")
+        for prec in precisions:
+            if prec not in lim.index:
+                continue
+            peak = lim.loc[prec, "value"]
+            y = np.minimum(peak, bw * x) if bw else np.full_like(x, peak)
+            ax.plot(x, y, color=colors[prec], lw=1.4, ls=ls)
+            ax.annotate(f"{prec} {kind} {peak:.0f}", (x[-1], peak), ha="right", va="bottom" if kind == "physical"
+                        else "top", fontsize=8, color=colors[prec])
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of A, B with scales, C)")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte the kernel must move: A, B with scales, C)")
     ax.set_ylabel("TFLOP/s (TOPS)")
-    ax.set_title(title + (f" — slope = copy bandwidth {bw:.2f} TB/s" if bw else ""))
+    phys = roofs[(roofs["kind"] == "physical") & (roofs["precision"] == "memory")]["value"]
+    meas = roofs[(roofs["kind"] == "measured") & (roofs["precision"] == "memory")]["value"]
+    ax.set_title(title + "\nsolid: physical (datasheet" + (f", HBM {phys.iloc[0]:.2f} TB/s" if len(phys) else "")
+                 + "); dashed: measured best of this run" + (f" (copy {meas.iloc[0]:.2f} TB/s)" if len(meas) else ""))
     return fig
 
 

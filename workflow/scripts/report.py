@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import tables  # noqa: E402
 
-from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
+from kernels.registry import VARIANTS, load_all  # noqa: E402
 
 load_all()
 p = snakemake.params
@@ -25,6 +25,8 @@ this = tables.load_set(p.result_dir, p.label)
 refs = [tables.load_set(d, label) for d, label in p.references]
 threshold = p.regression_threshold
 baseline_of = {n: v.baseline for n, v in VARIANTS.items() if v.baseline}
+second_of = {n: v.second_baseline for n, v in VARIANTS.items() if v.second_baseline}
+peers_of = {n: [b for b in (baseline_of.get(n), second_of.get(n)) if b] for n in baseline_of}
 family_of = {n: v.family for n, v in VARIANTS.items()}
 # throughput comes from this run when it was timed, else from the first published GPU set
 timed = this if this["timed"] else next((r for r in refs if r["timed"]), None)
@@ -44,14 +46,19 @@ def save(fig, name: str) -> str:
             f"<figcaption>{html.escape(p.captions[name])}</figcaption></figure>")
 
 
+STATUS_STYLE = {"failed": "background:#f4b6bf;color:#7a0019;font-weight:600", "unsupported": "background:#ececec"}
+
+
 def table(df: pd.DataFrame, highlight: str | None = None, fmt: dict | None = None) -> str:
-    """A pandas table; rows where column ``highlight`` is truthy (or not "ok") are marked."""
+    """A pandas table; rows are coloured by column ``highlight``: failed red, unsupported grey, any
+    other non-empty value that is not "ok" (e.g. a regression) pink."""
     if df.empty:
         return "<p><em>(none)</em></p>"
     sty = df.style.hide(axis="index").format(fmt or {}, precision=4, na_rep="–")
     if highlight:
-        bad = df[highlight].astype(str).ne("") & df[highlight].astype(str).ne("ok")
-        sty = sty.apply(lambda r: ["background:#fbe3e6" if bad.loc[r.name] else "" for _ in r], axis=1)
+        val = df[highlight].astype(str)
+        style = val.map(lambda v: STATUS_STYLE.get(v, "" if v in ("", "ok") else "background:#fbe3e6"))
+        sty = sty.apply(lambda r: [style.loc[r.name] for _ in r], axis=1)
     return sty.to_html(table_attributes='class="tbl"')
 
 
@@ -61,70 +68,109 @@ def env_block(s: dict) -> str:
     return table(pd.DataFrame([env]))
 
 
-THR = {"throughput": "{:.1f}", "weight_TBps": "{:.3f}", "baseline_throughput": "{:.1f}", "speedup": "{:.3f}", "time_ms_median": "{:.4g}",
-       "time_ms_p20": "{:.4g}", "time_ms_p80": "{:.4g}", "pct_of_ceiling": "{:.1f}"}
+def banner(s: dict) -> str:
+    """What this set actually ran, read from its rows' target and GPU columns."""
+    ran = tables.what_ran(s["tidy"])
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(ran["status"].items()))
+    if ran["gpu_rows"]:
+        gpus = ", ".join(ran["gpus"]) or "an unnamed GPU"
+        text = (f"<b>Run on {html.escape(gpus)} ({', '.join(ran['targets'])})</b>: {ran['gpu_rows']} rows, "
+                f"{ran['timed_rows']} timed; status: {counts}.")
+        if not ran["timed_rows"]:
+            text += " <b>No row was timed</b>: every row failed its checks or is unsupported (reasons below)."
+        return f'<p class="banner">{text}</p>'
+    text = (f"<b>Not run on a GPU</b>: all {ran['emulated_rows']} rows are CPU emulations of each variant's "
+            "arithmetic (tile <code>emulated</code>); no kernel or library call was executed or timed"
+            f"; status: {counts}. Every kernel was cross-compiled for "
+            + html.escape(", ".join(sorted(s["compile"]["target"].unique()))) + ".")
+    if timed is not None and timed is not s:
+        text += f" <b>Speed figures below are from {html.escape(timed['label'])}</b>, not from this host."
+    return f'<p class="banner">{text}</p>'
+
+
+THR = {"throughput": "{:.1f}", "weight_TBps": "{:.3f}", "baseline_throughput": "{:.1f}", "speedup": "{:.3f}",
+       "second_baseline_throughput": "{:.1f}", "speedup_vs_second": "{:.3f}", "time_ms_median": "{:.4g}",
+       "time_ms_p20": "{:.4g}", "time_ms_p80": "{:.4g}", "pct_of_peak": "{:.1f}", "pct_of_roof": "{:.1f}",
+       "pct_of_measured_best": "{:.1f}", "peak": "{:.0f}", "roof": "{:.0f}", "measured_best": "{:.0f}",
+       "intensity": "{:.1f}"}
 ERR = {c: "{:.3g}" for c in ("total_rel_fro", "kernel_rel_fro", "total_calc_diff", "kernel_calc_diff",
                              "tol_total_rel_fro", "tol_kernel_rel_fro")}
 
-# -- header and environment
-on_gpu = this["timed"]
-head = [f"<h1>lpgemm report: {html.escape(this['label'])}</h1>",
-        f"<p>Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} from <code>{html.escape(str(p.result_dir))}</code>.</p>"]
-if not on_gpu:
-    head.append('<p class="banner"><b>Not run on this host: no CUDA GPU was detected.</b> No kernel was executed or '
-                "timed and no library baseline was called; this host's numbers are CPU emulations of each variant's "
-                "arithmetic (tile <code>emulated</code>), and every kernel was cross-compiled for "
-                + html.escape(", ".join(sorted(this["compile"]["target"].unique()))) + "."
-                + (f" <b>Throughput below is from {html.escape(timed['label'])}</b>, not from this host." if timed else "")
-                + "</p>")
-sections.append("\n".join(head))
+# -- header: what ran, then the headline figure, then the at-a-glance table
+sections.append(f"<h1>lpgemm report: {html.escape(this['label'])}</h1>"
+                f"<p>Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} from "
+                f"<code>{html.escape(str(p.result_dir))}</code>.</p>" + banner(this))
+
 # the tables several sections share, computed once
 acc = tables.accuracy(this["tidy"])
 if timed:
+    lab = timed["label"]
     best = tables.best_tiles(timed["tidy"])
-    sp = tables.speedups(best, baseline_of)
-    geo = (sp.dropna(subset=["speedup"]).groupby(["variant", "baseline"])["speedup"]
-           .apply(lambda s: float(np.exp(np.log(s).mean()))).reset_index(name="geomean_speedup"))
+    sp = tables.speedups(best, baseline_of, second_of)
+    dist0 = "normal" if (best["dist"] == "normal").any() else best["dist"].iloc[0]
+    sp0 = sp[sp["dist"] == dist0]
+    geo = (sp.groupby(["family", "variant", "baseline"], dropna=False)
+           .agg(geomean_speedup=("speedup", lambda x: float(np.exp(np.log(x.dropna()).mean())) if x.notna().any() else np.nan),
+                second_baseline=("second_baseline", "first"),
+                geomean_speedup_vs_second=("speedup_vs_second",
+                                           lambda x: float(np.exp(np.log(x.dropna()).mean())) if x.notna().any() else np.nan),
+                shapes=("speedup", "count"))
+           .reset_index())
+    sections.append(f"<h2>Speedup over the matched peer — {html.escape(lab)}</h2>"
+                    + save(figures.headline_speedup(
+                        sp0[sp0["variant"].map(lambda v: VARIANTS[v].kernel is not None)],
+                        f"{lab}: each TileLang variant over the library call with the same accumulation semantics "
+                        f"({dist0} inputs; dashed line: parity)"), "headline"))
+else:
+    sections.append("<h2>Speedup over the matched peer</h2>" + save(figures.message(
+        "no timed rows: this set has no GPU run and no published GPU result set is configured"), "headline"))
 
-# -- at a glance: per variant, how often it passed, how fast against its baseline, how wrong
+# -- at a glance: per variant, how often it passed, how fast against its matched peer, how wrong
 glance = acc.groupby(["family", "variant"]).agg(
     rows=("rows", "sum"), failed=("failed", "sum"), worst_total_rel_fro=("total_rel_fro", "max"),
     worst_kernel_rel_fro=("kernel_rel_fro", "max")).reset_index()
 if timed:
-    glance[f"geomean_speedup ({timed['label']})"] = glance["variant"].map(geo.set_index("variant")["geomean_speedup"])
-    glance["baseline"] = glance["variant"].map(baseline_of)
+    g = geo.set_index("variant")
+    glance["matched_peer"] = glance["variant"].map(baseline_of)
+    glance[f"geomean_speedup ({timed['label']})"] = glance["variant"].map(g["geomean_speedup"])
+    glance["second_baseline"] = glance["variant"].map(second_of)
+    glance["geomean_speedup_vs_second"] = glance["variant"].map(g["geomean_speedup_vs_second"])
 glance["status"] = np.where(glance["failed"] > 0, "failed", "ok")
 sections.append("<h2>At a glance</h2>" + table(glance,
                                                highlight="status", fmt={**{c: "{:.3g}" for c in glance.columns if "rel_fro" in c},
                                                                         **{c: "{:.3f}" for c in glance.columns if "speedup" in c}}))
 sections.append("<h2>Environment</h2>" + "".join(env_block(s) for s in [this, *refs]))
-sections.append("<h2>Variants</h2>" + table(pd.DataFrame(
-    [{"variant": v, "family": VARIANTS[v].family, "baseline": VARIANTS[v].baseline or "–", "what": VARIANTS[v].description}
-     for v in sorted(set(this["tidy"]["variant"]))])))
+sections.append("<h2>Variants</h2><p>The <b>matched peer</b> has the variant's accumulation semantics (fp8 without "
+                "promotion: cuBLAS <code>use_fast_accum=True</code>; promoted or full-fp32 kernels: promoted cuBLAS; "
+                "exact integer kernels: <code>torch._int_mm</code>) and gives the headline speedup; the second "
+                "baseline is reported beside it, never instead of it.</p>" + table(pd.DataFrame(
+                    [{"variant": v, "family": VARIANTS[v].family, "precision": VARIANTS[v].precision,
+                      "matched_peer": VARIANTS[v].baseline or "–", "second_baseline": VARIANTS[v].second_baseline or "–",
+                      "what": VARIANTS[v].description}
+                     for v in sorted(set(this["tidy"]["variant"]))])))
 
 # -- throughput, speedup, roofline
 if timed:
-    lab = timed["label"]
-    dist0 = "normal" if (best["dist"] == "normal").any() else best["dist"].iloc[0]
-    rows = tables.panels(best[best["dist"] == dist0], baseline_of, family_of)
-    pts = tables.roofline_points(best[best["dist"] == dist0],
-                                 {v: bytes_per_element(v) for v in best["variant"].unique()})
-    # bytes of B (the weight, with its scales) per second: the figure of merit of memory-bound shapes
-    b_bytes = best["variant"].map({v: bytes_per_element(v)[1] for v in best["variant"].unique()})
-    best["weight_TBps"] = best["N"] * best["K"] * b_bytes / (best["time_ms_median"] * 1e-3) / 1e12
+    rows = tables.panels(best[best["dist"] == dist0], peers_of, family_of)
     cols = ["dist", "shape", "variant", "tile", "throughput", "ops_unit", "weight_TBps", "time_ms_median",
-            "time_ms_p20", "time_ms_p80", "pct_of_ceiling", "timing_method"]
+            "time_ms_p20", "time_ms_p80", "pct_of_peak", "pct_of_roof", "pct_of_measured_best", "timed_kernels",
+            "timing_method"]
     sections.append(f"<h2>Throughput — {html.escape(lab)}</h2>"
                     + save(figures.throughput(rows, f"{lab}: fastest tile per variant ({dist0} inputs)"), "throughput")
-                    + table(best[cols].sort_values(["dist", "shape", "variant"]), fmt=THR))
-    sections.append(f"<h2>Speedup over the matching library baseline — {html.escape(lab)}</h2>"
-                    + save(figures.speedup(sp[sp["dist"] == dist0], f"{lab}: speedup ({dist0} inputs)"), "speedup")
-                    + "<h3>Geometric mean per variant</h3>" + table(geo, fmt={"geomean_speedup": "{:.3f}"})
+                    + "<p><code>pct_of_peak</code>: of the datasheet's dense peak of the variant's precision; "
+                      "<code>pct_of_roof</code>: of min(peak, intensity × HBM bandwidth), both physical limits; "
+                      "<code>pct_of_measured_best</code>: of the fastest library probe or kernel of that precision in "
+                      "the same run. <code>timed_kernels</code>: the kernels summed per repetition.</p>"
+                    + table(best[[c for c in cols if c in best]].sort_values(["dist", "shape", "variant"]), fmt=THR))
+    sections.append(f"<h2>Speedup per shape — {html.escape(lab)}</h2>"
+                    + save(figures.speedup(sp0, f"{lab}: speedup over the matched peer ({dist0} inputs)"), "speedup")
+                    + "<h3>Geometric mean per variant</h3>"
+                    + table(geo, fmt={"geomean_speedup": "{:.3f}", "geomean_speedup_vs_second": "{:.3f}"})
                     + table(sp, fmt=THR))
-    ceil = timed["ceilings"]
+    pts = best[(best["dist"] == dist0) & best["intensity"].notna()]
     sections.append(f"<h2>Roofline — {html.escape(lab)}</h2>"
-                    + save(figures.roofline(pts, ceil, f"{lab}: roofline"), "roofline")
-                    + table(pd.DataFrame([{"ceiling": k, **v} for k, v in ceil.items()]), fmt={"value": "{:.4g}"}))
+                    + save(figures.roofline(pts, timed["roofs"], f"{lab}: roofline"), "roofline")
+                    + table(timed["roofs"], fmt={"value": "{:.4g}"}))
 else:
     for name in ("throughput", "speedup", "roofline"):
         sections.append(f"<h2>{name.capitalize()}</h2>" + save(figures.message(

@@ -33,7 +33,8 @@ for shape, fp32, formats, manifest_file, out in zip(p.shapes, snakemake.input.fp
     M, N, K = parse_shape(shape)
     point = {"platform": wc.platform, "target": p.arch or "cpu", "variant": variant.name, "entry": p.entry, "family": variant.family,
              "dist": wc.dist, "shape": shape, "M": M, "N": N, "K": K, "input_format": variant.input_format,
-             "ops_unit": variant.ops_unit, "ceiling": variant.ceiling,
+             "ops_unit": variant.ops_unit, "precision": variant.precision,
+             "baseline": variant.baseline, "second_baseline": variant.second_baseline,
              "input_sha256": {k: v["sha256"] for k, v in fmt.items()}}
     for r in rows:
         print(shape, r.get("tile"), r.get("status"), r.get("reason"), r.get("throughput"), flush=True)

@@ -7,33 +7,120 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-# the columns that identify a measurement; everything else is a metric or a tag
-KEYS = ["platform", "target", "family", "variant", "dist", "shape", "M", "N", "K", "tile"]
+# the columns that identify a measurement (unique in a tidy table); everything else is a metric or a tag
+KEYS = ["platform", "target", "entry", "dist", "shape", "tile"]
+SORT = ["platform", "target", "family", "variant", "entry", "dist", "M", "N", "K", "tile"]
 
 
-def tidy_runs(run_files: list[str], ceilings_file: str | None = None) -> pd.DataFrame:
-    """One row per platform x target x variant x distribution x shape x tile, metrics and env tags."""
+class DuplicateRows(ValueError):
+    """Two run records claim the same measurement key."""
+
+
+def tidy_runs(run_files: list[str], ceilings_file: str | None = None, physical: dict | None = None,
+              bytes_of: dict[str, tuple[float, float, float]] | None = None) -> pd.DataFrame:
+    """One row per platform x target x config entry x distribution x shape x tile: metrics, env tags,
+    and, for timed rows, their fraction of the physical limits and of the run's measured best.
+
+    ``physical``: the platform's datasheet limits (config ``platforms.<slug>``); ``bytes_of``: per
+    variant, bytes per element of A and B that its kernel reads and of C it writes.
+    """
     records = []
     for f in run_files:
         d = json.loads(Path(f).read_text())
         for row in d["rows"]:
             tol = {f"tol_{k}": v for k, v in d.get("tolerance", {}).items()}
             point = {k: v for k, v in d["point"].items() if k != "input_sha256"}
-            records.append(point | d["env"] | tol | row | {"input_sha256": json.dumps(d["point"]["input_sha256"])})
+            records.append(point | d["env"] | tol | row | {"input_sha256": json.dumps(d["point"]["input_sha256"]),
+                                                            "source_file": str(f)})
     df = pd.DataFrame.from_records(records)
     if df.empty:
         return df
+    dup = df[df.duplicated(KEYS, keep=False)]
+    if len(dup):
+        lines = [f"  {'/'.join(str(v) for v in k)}: {', '.join(g['source_file'])}"
+                 for k, g in dup.groupby(KEYS, sort=True)]
+        raise DuplicateRows(f"{len(lines)} measurement key(s) ({', '.join(KEYS)}) appear more than once:\n"
+                            + "\n".join(lines))
     for col in ("throughput", "time_ms_median", "time_ms_p20", "time_ms_p80"):
         if col not in df:
             df[col] = np.nan
-    df["ceiling_value"] = np.nan
-    if ceilings_file:
-        ceilings = json.loads(Path(ceilings_file).read_text())["ceilings"]
-        df["ceiling_value"] = df["ceiling"].map({k: v["value"] for k, v in ceilings.items()})
-    df["pct_of_ceiling"] = 100 * df["throughput"] / df["ceiling_value"]
-    front = [c for c in KEYS + ["status", "reason", "throughput", "ops_unit", "time_ms_median", "time_ms_p20",
-                                "time_ms_p80", "pct_of_ceiling"] if c in df]
-    return df[front + [c for c in df.columns if c not in front]].sort_values(KEYS).reset_index(drop=True)
+    df = add_limits(df, json.loads(Path(ceilings_file).read_text())["ceilings"] if ceilings_file else {},
+                    physical, bytes_of or {})
+    front = [c for c in SORT + ["status", "reason", "throughput", "ops_unit", "time_ms_median", "time_ms_p20",
+                                "time_ms_p80", "pct_of_peak", "pct_of_roof", "pct_of_measured_best"] if c in df]
+    return df[front + [c for c in df.columns if c not in front]].sort_values(SORT).reset_index(drop=True)
+
+
+def add_limits(df: pd.DataFrame, ceilings: dict, physical: dict | None,
+               bytes_of: dict[str, tuple[float, float, float]]) -> pd.DataFrame:
+    """Bytes, intensity and the limits of each row.
+
+    peak: the datasheet's dense peak of the row's precision; roof: min(peak, intensity x HBM
+    bandwidth), both physical upper bounds; measured_best: per precision, the faster of the library
+    probe (ceilings.json) and every ok row of this run. A timed row above its physical roof cannot be
+    a true measurement: it is marked failed, with the numbers.
+    """
+    df = df.copy()
+    per = df["variant"].map(bytes_of)
+    a, b, c = (per.map(lambda t, i=i: t[i] if isinstance(t, tuple) else np.nan) for i in range(3))
+    df["bytes_moved"] = df["M"] * df["K"] * a + df["N"] * df["K"] * b + df["M"] * df["N"] * c
+    df["intensity"] = 2.0 * df["M"] * df["N"] * df["K"] / df["bytes_moved"]
+    seconds = df["time_ms_median"] * 1e-3
+    df["bandwidth_TBps"] = df["bytes_moved"] / seconds / 1e12
+    # bytes of B (the weight, with its scales) per second: the figure of merit of memory-bound shapes
+    df["weight_TBps"] = df["N"] * df["K"] * b / seconds / 1e12
+    if physical:
+        df["peak"] = df["precision"].map(physical["peak"])
+        df["hbm_TBps"] = float(physical["hbm_TBps"])
+        df["roof"] = np.minimum(df["peak"], df["intensity"] * df["hbm_TBps"])
+    else:
+        df["peak"] = df["hbm_TBps"] = df["roof"] = np.nan
+    df["pct_of_peak"] = 100 * df["throughput"] / df["peak"]
+    df["pct_of_roof"] = 100 * df["throughput"] / df["roof"]
+    over = (df["status"] == "ok") & (df["throughput"] > df["roof"])
+    if over.any():
+        df.loc[over, "reason"] = [
+            f"throughput {t:.1f} exceeds the physical roof {r:.1f} (datasheet peak {p:.0f}, HBM "
+            f"{h:.2f} TB/s at intensity {i:.1f}): the timing cannot be right"
+            for t, r, p, h, i in df.loc[over, ["throughput", "roof", "peak", "hbm_TBps", "intensity"]].to_numpy()]
+        df.loc[over, "status"] = "failed"
+    best = measured_best(df, ceilings)
+    df["measured_best"] = df["precision"].map(best.set_index("precision")["value"]) if len(best) else np.nan
+    df["pct_of_measured_best"] = 100 * df["throughput"] / df["measured_best"]
+    return df
+
+
+def measured_best(df: pd.DataFrame, ceilings: dict) -> pd.DataFrame:
+    """Per precision, the fastest throughput of the run: a library probe or any ok row, whichever wins."""
+    cands = [{"precision": v["precision"], "value": v["value"], "by": f"probe {k}: {v['how']}"}
+             for k, v in ceilings.items() if v.get("precision") not in (None, "memory")]
+    ok = df[(df["status"] == "ok") & df["throughput"].notna()]
+    for prec, g in ok.groupby("precision"):
+        r = g.loc[g["throughput"].idxmax()]
+        cands.append({"precision": prec, "value": r["throughput"], "by": f"{r['entry']} {r['shape']} {r['tile']}"})
+    if not cands:
+        return pd.DataFrame(columns=["precision", "value", "by"])
+    c = pd.DataFrame(cands)
+    return c.loc[c.groupby("precision")["value"].idxmax()].reset_index(drop=True)
+
+
+def roofs(df: pd.DataFrame, ceilings: dict, physical: dict | None) -> pd.DataFrame:
+    """The limits of a run, one row each: physical (datasheet) and measured (best of the run)."""
+    rows = []
+    units = df.groupby("precision")["ops_unit"].first().to_dict() if len(df) else {}
+    if physical:
+        for prec, v in physical["peak"].items():
+            rows.append({"kind": "physical", "precision": prec, "value": float(v), "unit": units.get(prec, "TFLOP/s"),
+                         "by": f"{physical['name']} datasheet, dense ({physical['source']})"})
+        rows.append({"kind": "physical", "precision": "memory", "value": float(physical["hbm_TBps"]), "unit": "TB/s",
+                     "by": f"{physical['name']} HBM bandwidth ({physical['source']})"})
+    for _, r in measured_best(df, ceilings).iterrows():
+        rows.append({"kind": "measured", "precision": r["precision"], "value": r["value"],
+                     "unit": units.get(r["precision"], "TFLOP/s"), "by": r["by"]})
+    if "copy_bandwidth" in ceilings:
+        cb = ceilings["copy_bandwidth"]
+        rows.append({"kind": "measured", "precision": "memory", "value": cb["value"], "unit": cb["unit"], "by": cb["how"]})
+    return pd.DataFrame(rows, columns=["kind", "precision", "value", "unit", "by"])
 
 
 def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
@@ -77,17 +164,38 @@ def best_tiles(df: pd.DataFrame) -> pd.DataFrame:
     return ok.loc[idx].reset_index(drop=True)
 
 
-def speedups(best: pd.DataFrame, baseline_of: dict[str, str]) -> pd.DataFrame:
-    """Speedup of each variant's best tile over its library baseline of the same run and shape."""
+def speedups(best: pd.DataFrame, baseline_of: dict[str, str], second_of: dict[str, str] | None = None) -> pd.DataFrame:
+    """Speedup of each variant's best tile over its matched peer (``baseline_of``: same accumulation
+    semantics) of the same run and shape, and over its second baseline (``second_of``) beside it."""
+    cols = ["target", "dist", "shape", "family", "variant", "tile", "throughput", "baseline", "baseline_throughput",
+            "speedup", "second_baseline", "second_baseline_throughput", "speedup_vs_second"]
     if best.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=cols)
     key = ["target", "dist", "shape"]
-    base = best[key + ["variant", "throughput"]].rename(columns={"variant": "baseline", "throughput": "baseline_throughput"})
+    lib = best.groupby(key + ["variant"])["throughput"].max()
     out = best[best["variant"].isin(baseline_of)].copy()
-    out["baseline"] = out["variant"].map(baseline_of)
-    out = out.merge(base, on=key + ["baseline"], how="left")
+    for col, of in (("baseline", baseline_of), ("second_baseline", second_of or {})):
+        out[col] = out["variant"].map(of)
+        idx = pd.MultiIndex.from_frame(out[key].assign(variant=out[col]))
+        out[f"{col}_throughput"] = lib.reindex(idx).to_numpy()
     out["speedup"] = out["throughput"] / out["baseline_throughput"]
-    return out[key + ["variant", "tile", "throughput", "baseline", "baseline_throughput", "speedup"]]
+    out["speedup_vs_second"] = out["throughput"] / out["second_baseline_throughput"]
+    return out[cols].reset_index(drop=True)
+
+
+def what_ran(tidy: pd.DataFrame) -> dict:
+    """What a result set actually ran, read from its rows: GPU names and targets of rows that ran on a
+    GPU, how many were timed, and the status counts. The report's banner says exactly this."""
+    on_gpu = tidy[tidy["target"] != "cpu"] if len(tidy) else tidy
+    timed = on_gpu[on_gpu["throughput"].notna()] if len(on_gpu) else on_gpu
+    return {
+        "gpus": sorted(set(on_gpu["gpu_name"].dropna()) - {"none"}) if len(on_gpu) else [],
+        "targets": sorted(set(on_gpu["target"])) if len(on_gpu) else [],
+        "gpu_rows": len(on_gpu),
+        "timed_rows": len(timed),
+        "emulated_rows": int((tidy["target"] == "cpu").sum()) if len(tidy) else 0,
+        "status": tidy["status"].value_counts().to_dict() if len(tidy) else {},
+    }
 
 
 # ---- result sets and the report's derived tables ------------------------------------------------
@@ -101,7 +209,9 @@ def load_set(directory: str | Path, label: str) -> dict:
     env = json.loads(ceilings.read_text())["env"] if ceilings.exists() else {}
     tidy = pd.read_parquet(d / "tidy.parquet")
     cm = pd.read_csv(d / "compile_matrix.csv", dtype={"reason": str}).fillna({"reason": ""})
+    roofs_csv = d / "roofs.csv"
     return {
+        "roofs": pd.read_csv(roofs_csv) if roofs_csv.exists() else pd.DataFrame(columns=["kind", "precision", "value"]),
         "label": label,
         "tidy": tidy,
         "compile": cm,
@@ -112,14 +222,15 @@ def load_set(directory: str | Path, label: str) -> dict:
     }
 
 
-def panels(best: pd.DataFrame, baseline_of: dict[str, str], family_of: dict[str, str]) -> pd.DataFrame:
+def panels(best: pd.DataFrame, peers_of: dict[str, list[str]], family_of: dict[str, str]) -> pd.DataFrame:
     """Rows grouped into one panel per family, each library baseline repeated in every family that
-    compares against it, so a variant is always drawn beside its baseline."""
+    compares against it, so a variant is always drawn beside its peers."""
     fam = best["variant"].map(family_of)
     parts = [best[fam != "baseline"].assign(panel=fam[fam != "baseline"])]
-    for variant, base in baseline_of.items():
-        if family_of.get(base) != family_of[variant]:
-            parts.append(best[best["variant"] == base].assign(panel=family_of[variant]))
+    for variant, bases in peers_of.items():
+        for base in bases:
+            if family_of.get(base) != family_of[variant]:
+                parts.append(best[best["variant"] == base].assign(panel=family_of[variant]))
     # precision-independent baselines (the unquantized bf16 GEMM) are drawn in every family
     for f in set(fam) - {"baseline"}:
         parts.append(best[fam == "baseline"].assign(panel=f))
@@ -129,26 +240,11 @@ def panels(best: pd.DataFrame, baseline_of: dict[str, str], family_of: dict[str,
     return out.drop_duplicates(subset=["panel", "variant", "dist", "shape", "tile"])
 
 
-def roofline_points(best: pd.DataFrame, bytes_per_element: dict[str, tuple[float, float, float]]) -> pd.DataFrame:
-    """Arithmetic intensity = 2MNK / (bytes of A + B (with their scales) + C) for each timed row."""
-    pts = best[best["throughput"].notna()].copy()
-    if pts.empty:
-        return pts.assign(intensity=[])
-    per = pts["variant"].map(bytes_per_element)
-    a = per.map(lambda t: t[0])
-    b = per.map(lambda t: t[1])
-    c = per.map(lambda t: t[2])
-    traffic = pts["M"] * pts["K"] * a + pts["N"] * pts["K"] * b + pts["M"] * pts["N"] * c
-    pts["intensity"] = 2.0 * pts["M"] * pts["N"] * pts["K"] / traffic
-    pts["bandwidth_TBps"] = traffic / (pts["time_ms_median"] * 1e-3) / 1e12
-    return pts
-
-
 def accuracy(df: pd.DataFrame) -> pd.DataFrame:
     """Worst error per variant x distribution (over shapes and tiles), with tolerances and failures."""
     agg = df.groupby(["family", "variant", "dist"]).agg(
         rows=("status", "size"),
-        failed=("status", lambda s: int(s.isin(["failed", "error"]).sum())),
+        failed=("status", lambda s: int((s == "failed").sum())),
         total_rel_fro=("total_rel_fro", "max"), tol_total_rel_fro=("tol_total_rel_fro", "first"),
         kernel_rel_fro=("kernel_rel_fro", "max"), tol_kernel_rel_fro=("tol_kernel_rel_fro", "first"),
         total_calc_diff=("total_calc_diff", "max"), kernel_calc_diff=("kernel_calc_diff", "max"),

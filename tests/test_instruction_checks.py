@@ -1,0 +1,104 @@
+"""Every instruction check names an instruction and its operand dtypes: each pattern matches its own
+variant's generated CUDA and no source of another instruction class or dtype (a fallback fails)."""
+import re
+
+import pytest
+import yaml
+from conftest import REPO
+
+from kernels.compile import build
+from kernels.registry import VARIANTS, load_all
+from kernels.tiles import parse_tile
+
+pytestmark = pytest.mark.compile
+load_all()
+
+SHAPE = (256, 256, 512)
+TARGETS = ("sm_89", "sm_90a", "sm_100a")
+# What is compiled (21 kernels): one source per variant and target, except for variants that share a
+# kernel factory and its instructions with a compiled one (STAND_INS), to keep CI's two cores free
+CORPUS = {
+    "fp8_e4m3": TARGETS,
+    "fp8_e5m2": TARGETS,
+    "int4_mma": TARGETS,
+    "int4_unpack_s8": ("sm_90a",),
+    "int4_unpack_s8_ss": ("sm_90a",),
+    "int8_tilelang": TARGETS,
+    "blockscaled_sm90": TARGETS,
+    "blockscaled_sm100": ("sm_100a",),
+    "dequant_w4_int4_sym_g128": TARGETS,
+}
+STAND_INS = {
+    "blockscaled_g128": "blockscaled_sm90",  # b_scale="row" instead of "block"; the same T.gemm
+    "dequant_w4_uint4_zp_g128": "dequant_w4_int4_sym_g128",  # another weight decode; the same bf16 wgmma
+    "dequant_w4_e2m1_g32": "dequant_w4_int4_sym_g128",
+    "dequant_w4_mxfp4": "dequant_w4_int4_sym_g128",
+}
+TILELANG = sorted(n for n, v in VARIANTS.items() if v.kernel is not None)
+CHECKS = [(n, t) for n in TILELANG for t in sorted(VARIANTS[n].instructions)]
+
+
+# TileLang's tensor-core calls: tl::<instruction><tl::DataType::<A>[, <B>, <C>] ...>; read independently
+# of the patterns under test, so that "another instruction class or dtype" does not depend on them
+_MMA_CALL = re.compile(r"tl::(\w+)<(tl::DataType::\w+(?:, tl::DataType::\w+)*)")
+
+
+def instruction_signature(source: str) -> frozenset[tuple[str, str]]:
+    return frozenset(_MMA_CALL.findall(source))
+
+
+def _factory(name):
+    k = VARIANTS[name].kernel
+    return getattr(k, "func", k)
+
+
+@pytest.fixture(scope="module")
+def sources() -> dict[tuple[str, str], str]:
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    out = {}
+    for name, targets in CORPUS.items():
+        tile = parse_tile(cfg["variants"][name]["tiles"]["default"][0])
+        for arch in targets:
+            out[name, arch] = build(VARIANTS[name], *SHAPE, tile, arch).get_kernel_source()
+    return out
+
+
+def test_corpus_covers_every_checked_target():
+    assert set(CORPUS) | set(STAND_INS) == set(TILELANG)
+    for name, stand_in in STAND_INS.items():
+        assert _factory(name) is _factory(stand_in) and VARIANTS[name].instructions == VARIANTS[stand_in].instructions
+    for name, targets in CORPUS.items():
+        assert set(targets) == set(VARIANTS[name].instructions), name
+    for name in TILELANG:  # every target the config may name is either checked or declared unsupported
+        assert set(TARGETS) <= set(VARIANTS[name].instructions) | set(VARIANTS[name].unsupported), name
+
+
+def test_every_source_has_one_tensor_core_instruction(sources):
+    for key, src in sources.items():
+        assert len(instruction_signature(src)) == 1, (key, instruction_signature(src))
+
+
+@pytest.mark.parametrize("name,arch", CHECKS)
+def test_pattern_matches_its_own_source(sources, name, arch):
+    pattern = VARIANTS[name].instructions[arch]
+    assert re.search(pattern, sources[STAND_INS.get(name, name), arch]), f"{name} on {arch}: /{pattern}/"
+
+
+@pytest.mark.parametrize("name,arch", CHECKS)
+def test_pattern_rejects_every_other_instruction_or_dtype(sources, name, arch):
+    pattern = VARIANTS[name].instructions[arch]
+    assert not re.search(pattern, "")
+    own = instruction_signature(sources[STAND_INS.get(name, name), arch])
+    wrongly = [key for key, src in sources.items() if instruction_signature(src) != own and re.search(pattern, src)]
+    assert not wrongly, f"{name} on {arch}: /{pattern}/ also matches {wrongly}"
+
+
+def test_fallbacks_named_in_issue_9_fail(sources):
+    fp8 = VARIANTS["fp8_e4m3"].instructions
+    # wgmma expected on sm_90a: the sm_89 build of the same kernel (mma.sync) is refused
+    assert not re.search(fp8["sm_90a"], sources["fp8_e4m3", "sm_89"])
+    # fp8 mma.sync expected on sm_100a: bf16 (dequant), int8 and e5m2 mma.sync are refused
+    for other in ("dequant_w4_int4_sym_g128", "int8_tilelang", "fp8_e5m2"):
+        assert not re.search(fp8["sm_100a"], sources[other, "sm_100a"]), other
+    # the block-scaled kernels' sm_89 check wants fp8 operands, not int8 ones
+    assert not re.search(VARIANTS["blockscaled_sm90"].instructions["sm_89"], sources["int8_tilelang", "sm_89"])
