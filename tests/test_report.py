@@ -14,7 +14,7 @@ import tables  # noqa: E402
 
 pytestmark = pytest.mark.workflow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FIGURES = ["throughput", "speedup", "roofline", "accuracy", "compile_matrix", "comparison"]
+FIGURES = ["headline", "throughput", "speedup", "roofline", "accuracy", "compile_matrix", "comparison"]
 
 
 def render_dom(html_file, tmp_path) -> str:
@@ -51,18 +51,31 @@ def test_published_report_renders_in_chromium_with_its_numbers(tmp_path):
     fp8 = best[(best["variant"] == "fp8_e4m3") & (best["shape"] == "8192x8192x8192") & (best["dist"] == "normal")]
     assert f"{fp8['throughput'].iloc[0]:.1f}" in dom  # the headline number, as the tidy table has it
     assert fp8["tile"].iloc[0] in dom
-    base = best[(best["variant"] == "cublas_fp8_e4m3") & (best["shape"] == "8192x8192x8192") & (best["dist"] == "normal")]
-    assert f"{base['throughput'].iloc[0]:.1f}" in dom
+    for peer in ("cublas_fp8_e4m3_fastacc", "cublas_fp8_e4m3"):  # the matched peer and the second column
+        base = best[(best["variant"] == peer) & (best["shape"] == "8192x8192x8192") & (best["dist"] == "normal")]
+        assert f"{base['throughput'].iloc[0]:.1f}" in dom
     for col in ("NVIDIA H200", tidy["git_commit"].iloc[0], "unsupported"):
         assert col in dom
+    # the first screen leads with the matched-peer speedup figure, then the at-a-glance table; the
+    # banner is read from the rows (a GPU run), not from the host rendering it
+    assert dom.index('alt="headline"') < dom.index("At a glance") < dom.index('alt="throughput"')
+    assert "Run on NVIDIA H200 (sm_90a)" in dom and "Not run on a GPU" not in dom
 
 
-def test_cpu_report_shows_published_gpu_numbers_labelled(tiny_workflow, tmp_path):
+def test_cpu_report_shows_published_gpu_numbers_labelled(tmp_path):
+    cfg = tiny_config()
+    # a tolerance no fp8 GEMM meets: its rows are failed, and failed is shown in red
+    cfg["variants"]["fp8_e4m3"]["tolerance"]["kernel_rel_fro"] = 1e-12
+    (tmp_path / "wf").mkdir()
+    tiny_workflow = copy_workflow(tmp_path / "wf", cfg)
     snakemake(tiny_workflow)
     page = tiny_workflow / "results/cpu/report.html"
+    html = page.read_text()
+    failed_red = "background: #f4b6bf"  # report.STATUS_STYLE["failed"], as pandas writes the CSS
+    assert re.search(r"<td[^>]*>failed</td>", html) and failed_red in html
     dom = render_dom(page, tmp_path)
-    assert "Not run on this host" in dom and "h200 (published)" in dom
-    assert re.search(r'data-figures-loaded="6"', dom)
+    assert "Not run on a GPU" in dom and "h200 (published)" in dom
+    assert re.search(rf'data-figures-loaded="{len(FIGURES)}"', dom)
     own = pd.read_parquet(tiny_workflow / "results/cpu/tidy.parquet")
     worst = own[own["variant"] == "fp8_e4m3"]["total_rel_fro"].max()
     assert f"{worst:.3g}" in dom  # this host's own numerics are in the page

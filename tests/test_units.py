@@ -78,7 +78,7 @@ def test_trace_is_split_into_repetitions_at_each_flush():
              ("bitwise_not_kernel", 70.0), ("gemm", 100.0),
              ("bitwise_not_kernel", 70.0), ("dequant", 30.0), ("gemm", 90.0),
              ("bitwise_not_kernel", 70.0), ("gemm", 110.0)]
-    assert split_by_flush(trace, flush) == [0.1, 0.12, 0.11]
+    assert split_by_flush(trace, flush) == [(("gemm",), 0.1), (("dequant", "gemm"), 0.12), (("gemm",), 0.11)]
     assert split_by_flush([], flush) == []
 
 

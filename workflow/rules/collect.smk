@@ -7,6 +7,7 @@ rule collect:
         runs=run_outputs(),
         compiled=compile_outputs(),
         ceilings=[f"results/{PLATFORM}/ceilings.json"] if RUN_ARCH else [],
+        code=script_code("collect.py"),
     output:
         csv="results/{platform}/tidy.csv",
         parquet="results/{platform}/tidy.parquet",

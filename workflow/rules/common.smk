@@ -11,7 +11,7 @@ sys.path.insert(0, str(REPO))
 
 from kernels.deps import compile_jobs, import_closure  # noqa: E402
 from kernels.device import detect_gpu  # noqa: E402
-from kernels.registry import FORMATS, VARIANTS, load_all  # noqa: E402
+from kernels.registry import FAMILY_MODULES, FORMATS, VARIANTS, load_all  # noqa: E402
 from kernels.tiles import LIBRARY, parse_shape, parse_tile  # noqa: E402
 
 load_all()
@@ -199,6 +199,12 @@ def variant_code(variant, stage):
     own = {_module_of(f) for f in (v.launch, v.emulate, v.kernel) if f is not None} | _format_modules(v.input_format)
     modules, scripts = STAGE_CODE[stage]
     return import_closure(sorted(own | set(modules)), REPO, scripts)
+
+
+def script_code(script):
+    """Code inputs of a collect or report job: its script's import closure and every family module
+    (registry.load_all imports them by name, which the closure cannot see)."""
+    return import_closure(list(FAMILY_MODULES), REPO, [f"workflow/scripts/{script}"])
 
 
 def format_code(shape):

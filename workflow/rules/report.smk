@@ -9,6 +9,7 @@ rule report:
         roofs="results/{platform}/roofs.csv",
         ceilings=[f"results/{PLATFORM}/ceilings.json"] if RUN_ARCH else [],
         references=[f"{d}/tidy.parquet" for d in config["report"]["compare_with"]],
+        code=script_code("report.py"),
     output:
         html="results/{platform}/report.html",
         **report_outputs("results/{platform}"),
@@ -28,6 +29,7 @@ rule report_published:
         tidy="results/published/{platform}/tidy.parquet",
         compile_matrix="results/published/{platform}/compile_matrix.csv",
         roofs="results/published/{platform}/roofs.csv",
+        code=script_code("report.py"),
     output:
         html="results/published/{platform}/report.html",
         **report_outputs("results/published/{platform}"),

@@ -32,6 +32,8 @@ for _variant in RUN_VARIANTS:
 
 
 rule measure_ceilings:
+    input:
+        code=import_closure(["kernels.ceilings", "kernels.device"], REPO, ["workflow/scripts/measure_ceilings.py"]),
     output:
         "results/{platform}/ceilings.json",
     params:
