@@ -9,8 +9,9 @@
 #   results/{platform}/compile/{variant}/{target}/{tile}.json   compile record per shape
 #   results/{platform}/compile/{variant}/artifacts/{target}/{tile}/{shape}/kernel.cu, kernel.ptx
 #   results/{platform}/{variant}/{dist}/{M}x{N}x{K}.json        one run: a row per tile (lib or emulated for baselines and CPU hosts)
-#   results/{platform}/ceilings.json                     copy bandwidth and library peaks (GPU hosts)
-#   results/{platform}/tidy.csv|parquet, compile_matrix.csv, report.html (self-contained), figures/*.png
+#   results/{platform}/ceilings.json                     library probes: copy bandwidth, cuBLAS GEMM per precision (GPU hosts)
+#   results/{platform}/tidy.csv|parquet, compile_matrix.csv, roofs.csv (physical and measured limits),
+#   results/{platform}/report.html (self-contained), figures/*.png
 #   results/published/{platform}/                        committed results of a GPU run (+ report.html)
 # platform: "cpu" on a host without a GPU, else the GPU's slug (e.g. h200); target: an nvcc arch
 # (sm_90a); tile: kernels/tiles.py grammar, "lib" for a library baseline, "emulated" on the CPU.

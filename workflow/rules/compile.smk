@@ -2,7 +2,8 @@
 # (one rule per variant, compile_<variant>; one process per variant keeps start-up costs down).
 # A GPU host compiles its own arch at every shape it runs; every other target, and every target on a
 # CPU-only host, at the sweeps.cpu_compile shapes only (enough to prove the kernel builds).
-# A target that cannot build a variant is recorded as unsupported (with the compiler's reason).
+# A known refusal (declared arch or shape rule, TileLang's refusal of a dtype there) is recorded as
+# unsupported; any other error as failed, with its reason (kernels/compile.py).
 
 
 for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:

@@ -106,11 +106,11 @@ def roofline(points: pd.DataFrame, roofs: pd.DataFrame, title: str) -> plt.Figur
                 continue
             peak = lim.loc[prec, "value"]
             y = np.minimum(peak, bw * x) if bw else np.full_like(x, peak)
-            ax.plot(x, y, color=colors[prec], lw=1.4, ls=ls)
-            ax.annotate(f"{prec} {kind} {peak:.0f}", (x[-1], peak), ha="right", va="bottom" if kind == "physical"
-                        else "top", fontsize=8, color=colors[prec])
+            # equal peaks (fp8 and int8 on Hopper) would hide each other's labels: the legend names each line
+            ax.plot(x, y, color=colors[prec], lw=1.4, ls=ls, label=f"{prec} {kind}: {peak:.0f}")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_xlabel("arithmetic intensity (FLOP per byte the kernel must move: A, B with scales, C)")
     ax.set_ylabel("TFLOP/s (TOPS)")
     phys = roofs[(roofs["kind"] == "physical") & (roofs["precision"] == "memory")]["value"]
