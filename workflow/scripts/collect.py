@@ -10,13 +10,13 @@ import json  # noqa: E402
 
 from tables import compile_matrix, roofs, tidy_runs  # noqa: E402
 
-from kernels.registry import bytes_per_element  # noqa: E402
+from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
+load_all()
 runs = list(snakemake.input.runs)
-variants = sorted({json.load(open(f))["point"]["variant"] for f in runs})
 ceilings_file = snakemake.input.ceilings[0] if snakemake.input.ceilings else None
 physical = snakemake.params.physical
-df = tidy_runs(runs, ceilings_file, physical, {v: bytes_per_element(v) for v in variants})
+df = tidy_runs(runs, ceilings_file, physical, {v: bytes_per_element(v) for v in VARIANTS})
 df.to_csv(snakemake.output.csv, index=False)
 df.to_parquet(snakemake.output.parquet, index=False)
 ceilings = json.load(open(ceilings_file))["ceilings"] if ceilings_file else {}
