@@ -75,10 +75,6 @@ def error_summary(exc: BaseException, limit: int = 500) -> str:
     return f"{type(exc).__name__}: {text[:limit]}{' ...' if len(text) > limit else ''}"
 
 
-class InstructionCheckFailed(Exception):
-    """The kernel compiled but not to the instruction it is meant to use (e.g. mma.sync instead of wgmma)."""
-
-
 def target_dict(arch: str) -> dict:
     # TileLang wants a dict: "cuda -arch=sm_90a" is rejected and bare "cuda" guesses an old arch off-GPU
     return {"kind": "cuda", "arch": arch}

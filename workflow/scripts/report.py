@@ -109,12 +109,13 @@ if timed:
     sp = tables.speedups(best, baseline_of, second_of)
     dist0 = "normal" if (best["dist"] == "normal").any() else best["dist"].iloc[0]
     sp0 = sp[sp["dist"] == dist0]
+    def geomean(x: pd.Series) -> float:
+        x = x.dropna()
+        return float(np.exp(np.log(x).mean())) if len(x) else np.nan
+
     geo = (sp.groupby(["family", "variant", "baseline"], dropna=False)
-           .agg(geomean_speedup=("speedup", lambda x: float(np.exp(np.log(x.dropna()).mean())) if x.notna().any() else np.nan),
-                second_baseline=("second_baseline", "first"),
-                geomean_speedup_vs_second=("speedup_vs_second",
-                                           lambda x: float(np.exp(np.log(x.dropna()).mean())) if x.notna().any() else np.nan),
-                shapes=("speedup", "count"))
+           .agg(geomean_speedup=("speedup", geomean), second_baseline=("second_baseline", "first"),
+                geomean_speedup_vs_second=("speedup_vs_second", geomean), shapes=("speedup", "count"))
            .reset_index())
     sections.append(f"<h2>Speedup over the matched peer — {html.escape(lab)}</h2>"
                     + save(figures.headline_speedup(
