@@ -25,10 +25,11 @@ include: "workflow/rules/compile.smk"
 include: "workflow/rules/run.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/publish.smk"
 
 
 rule all:
     input:
-        f"results/{PLATFORM}/tidy.csv",
-        f"results/{PLATFORM}/report.html",
+        expand("results/{platform}/tidy.csv", platform=RUN_ON),
+        expand("results/{platform}/report.html", platform=RUN_ON),
     default_target: True

@@ -101,14 +101,3 @@ def import_closure(modules: Iterable[str], repo: Path, scripts: Iterable[str | P
             visit(imported, roots)
     return sorted(str(p.relative_to(repo)) for p in seen)
 
-
-def compile_jobs(tiles: dict[str, list[str]], run_arch: str | None, run_shapes: list[str],
-                 check_shapes: list[str]) -> list[tuple[str, str, list[str]]]:
-    """(target, tile, shapes) for each kernel a compile job builds. ``tiles``: target -> tile names.
-
-    A GPU host compiles its own arch (``run_arch``) at every shape it runs (the run step loads those
-    kernels from TileLang's disk cache); every other target, and every target on a CPU-only host
-    (``run_arch`` None), is compiled at the compile-check shapes only, enough to prove it builds.
-    """
-    return [(target, tile, list(run_shapes if target == run_arch else check_shapes))
-            for target, names in tiles.items() for tile in names]

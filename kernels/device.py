@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 from datetime import datetime, timezone
 from importlib import metadata
@@ -27,13 +28,6 @@ def _nvidia_smi(query: str) -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
-def platform_slug(gpu_name: str) -> str:
-    """'NVIDIA H200' -> 'h200', 'NVIDIA GeForce RTX 4090' -> 'rtx4090'."""
-    words = [w for w in re.split(r"[\s_-]+", gpu_name.lower()) if w not in {"nvidia", "geforce", "tesla"}]
-    slug = re.sub(r"[^a-z0-9]", "", "".join(words[:2]) if words[:1] in (["rtx"], ["gtx"]) else (words[0] if words else ""))
-    return slug or "gpu"
-
-
 def detect_gpu() -> dict | None:
     """The first GPU as seen by nvidia-smi (no torch import: cheap enough for workflow parsing)."""
     rows = _nvidia_smi("name,compute_cap")
@@ -41,30 +35,47 @@ def detect_gpu() -> dict | None:
         return None
     name, cc = [x.strip() for x in rows[0].split(",")]
     major, minor = (int(x) for x in cc.split("."))
-    return {
-        "gpu_name": name,
-        "compute_capability": f"{major}.{minor}",
-        "arch": ARCH_OF_CC.get((major, minor), f"sm_{major}{minor}"),
-        "platform": platform_slug(name),
-    }
+    return {"gpu_name": name, "compute_capability": f"{major}.{minor}",
+            "arch": ARCH_OF_CC.get((major, minor), f"sm_{major}{minor}")}
 
 
-def check_platform(expected_platform: str, expected_arch: str | None) -> dict | None:
-    """Confirm with torch that the host is what the workflow planned for; a mismatch is an error."""
+def matching_platforms(gpu_name: str, platforms: dict) -> list[str]:
+    """The catalogue slugs (config ``platforms``) whose ``match`` pattern fits this GPU name."""
+    return [slug for slug, spec in platforms.items() if re.search(spec["match"], gpu_name)]
+
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def check_landed(platform: str, spec: dict) -> dict:
+    """A GPU job's first act: confirm that the node it landed on has its platform's GPU (nvidia-smi
+    name against ``platforms.<platform>.match``, then torch's view of the device and its arch).
+    A mismatch is an error naming the config keys that decide where the job goes."""
+    node = node_name()
+    where = (f"platforms.{platform}.cluster (partition, gpu_model, constraint) decides where its jobs are sent; "
+             f"platforms.{platform}.match decides which GPU names count as {platform}")
+    gpu = detect_gpu()
+    if gpu is None:
+        raise RuntimeError(f"GPU mismatch: this job is planned for platform {platform} ({spec['name']}), but node "
+                           f"{node} has no GPU that nvidia-smi can see. {where}.")
+    if not re.search(spec["match"], gpu["gpu_name"]):
+        raise RuntimeError(f"GPU mismatch: this job is planned for platform {platform} ({spec['name']}, "
+                           f"platforms.{platform}.match {spec['match']!r}), but node {node} has {gpu['gpu_name']!r}. "
+                           f"{where}.")
+    print(f"platform {platform}: node {node} has {gpu['gpu_name']!r}, which matches platforms.{platform}.match",
+          flush=True)
     import torch
 
-    if expected_platform == "cpu":
-        return None
     if not torch.cuda.is_available():
-        raise RuntimeError(f"platform {expected_platform!r} was planned but torch sees no CUDA GPU on this host")
-    major, minor = torch.cuda.get_device_capability()
+        raise RuntimeError(f"platform {platform}: nvidia-smi on node {node} reports {gpu['gpu_name']!r}, "
+                           "but torch sees no CUDA device (driver, CUDA_VISIBLE_DEVICES or a CPU build of torch)")
     name = torch.cuda.get_device_name()
-    arch = ARCH_OF_CC.get((major, minor), f"sm_{major}{minor}")
-    if platform_slug(name) != expected_platform or (expected_arch and arch != expected_arch):
-        raise RuntimeError(
-            f"GPU mismatch: planned {expected_platform}/{expected_arch}, found {name!r} ({arch}); rerun snakemake on this host"
-        )
-    return {"gpu_name": name, "arch": arch}
+    arch = ARCH_OF_CC.get(torch.cuda.get_device_capability(), "sm_{}{}".format(*torch.cuda.get_device_capability()))
+    if not re.search(spec["match"], name) or arch != spec["arch"]:
+        raise RuntimeError(f"GPU mismatch: platform {platform} expects {spec['arch']} matching {spec['match']!r}; "
+                           f"torch on node {node} sees {name!r} ({arch}). Check platforms.{platform}.arch and .match.")
+    return {"gpu_name": name, "arch": arch, "node": node}
 
 
 def _version(pkg: str) -> str:
@@ -98,6 +109,7 @@ def environment_tags() -> dict:
         "tilelang": _version("tilelang"),
         "cuda": torch.version.cuda or "none",
         "git_commit": git_commit(),
+        "node": node_name(),
         "gpu_name": "none",
         "driver": "none",
         "sm_clock_mhz": None,

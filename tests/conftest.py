@@ -32,7 +32,7 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
 
 def tiny_config() -> dict:
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["platform"] = "cpu"
+    cfg["run_on"] = ["cpu"]
     cfg["distributions"] = ["normal"]
     cfg["targets"] = ["sm_90a"]
     cfg["sweeps"] = {"cpu": ["64x128x128", "48x64x128"], "gpu": ["64x128x128"], "cpu_compile": ["64x128x128"]}

@@ -1,12 +1,12 @@
-# Stage 4: one tidy table of every run (one row per target x config entry x distribution x shape x
-# tile, unique), its limits (physical and measured best, roofs.csv) and the compile matrix.
+# Stage 4: one tidy table of every run of a platform (one row per target x config entry x distribution
+# x shape x tile, unique), its limits (physical and measured best, roofs.csv) and the compile matrix.
 
 
 rule collect:
     input:
-        runs=run_outputs(),
-        compiled=compile_outputs(),
-        ceilings=[f"results/{PLATFORM}/ceilings.json"] if RUN_ARCH else [],
+        runs=lambda wc: run_outputs(wc.platform),
+        compiled=lambda wc: compile_outputs(wc.platform),
+        ceilings=ceilings_input,
         code=script_code("collect.py"),
     output:
         csv="results/{platform}/tidy.csv",
@@ -14,7 +14,7 @@ rule collect:
         compile_matrix="results/{platform}/compile_matrix.csv",
         roofs="results/{platform}/roofs.csv",
     params:
-        physical=PHYSICAL,
+        physical=lambda wc: physical_limits(wc.platform),
     conda:
         "../../envs/report.yaml"
     log:

@@ -1,4 +1,6 @@
-# Helpers shared by every stage: config validation, platform detection, output enumeration.
+# Helpers shared by every stage: config validation, platforms, output enumeration. Everything a job
+# needs is a function of the config and its wildcards; only run_on's `auto` looks at the planning host.
+import os
 import sys
 from pathlib import Path
 
@@ -9,10 +11,10 @@ from snakemake.exceptions import WorkflowError
 REPO = Path(workflow.basedir)
 sys.path.insert(0, str(REPO))
 
-from kernels.deps import compile_jobs, import_closure  # noqa: E402
-from kernels.device import detect_gpu  # noqa: E402
+from kernels.deps import import_closure  # noqa: E402
+from kernels.device import detect_gpu, matching_platforms  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS, VARIANTS, load_all  # noqa: E402
-from kernels.tiles import LIBRARY, parse_shape, parse_tile  # noqa: E402
+from kernels.tiles import parse_shape, parse_tile  # noqa: E402
 
 load_all()
 
@@ -22,7 +24,7 @@ def validate_config(cfg):
     from kernels.registry import unchecked_targets
 
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(cfg), key=lambda e: list(e.path))
+    errors = sorted(jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).iter_errors(cfg), key=lambda e: list(e.path))
     if errors:
         lines = [f"  {'.'.join(str(p) for p in e.path) or '(top level)'}: {e.message}" for e in errors]
         raise WorkflowError("invalid config:\n" + "\n".join(lines))
@@ -78,52 +80,109 @@ def check_shapes_fit_formats(cfg):
                                         f"(format {fmt}): {verdict[fmt, K]}")
 
 
-def resolve_platform(wanted):
-    """(platform, arch of its GPU or None): detected, never guessed; asking for an absent GPU is an error."""
+AUTO_ENV = "LPGEMM_AUTO_PLATFORM"
+
+
+def resolve_auto(platforms):
+    """What ``auto`` means: this planning host's platform, "cpu" without a GPU, else the one catalogue
+    entry whose ``match`` fits the GPU's name. Resolved once by the planning process and handed to
+    every job it spawns (environment variable LPGEMM_AUTO_PLATFORM, which sbatch and the local
+    executor pass on), so a job re-parsing this file on another node plans exactly the same DAG."""
+    if os.environ.get(AUTO_ENV):
+        return os.environ[AUTO_ENV]
     gpu = detect_gpu()
-    if wanted == "cpu" or (wanted == "auto" and gpu is None):
-        return "cpu", None
-    if wanted == "auto":
-        return gpu["platform"], gpu["arch"]
-    if gpu is None or gpu["platform"] != wanted:
-        found = "no GPU" if gpu is None else f"{gpu['gpu_name']} ({gpu['platform']})"
-        raise WorkflowError(f"config platform {wanted!r} requested but this host has {found}; use platform: auto")
-    return gpu["platform"], gpu["arch"]
+    if gpu is None:
+        slug = "cpu"
+    else:
+        found = matching_platforms(gpu["gpu_name"], platforms)
+        if len(found) != 1:
+            why = "matches no entry" if not found else f"matches several ({', '.join(found)})"
+            raise WorkflowError(f"invalid config:\n  run_on: auto: this host's GPU {gpu['gpu_name']!r} {why} of "
+                                "platforms.*.match; add (or narrow) its entry in config platforms, or name the "
+                                "platforms to run in run_on")
+        slug = found[0]
+    os.environ[AUTO_ENV] = slug
+    return slug
+
+
+def resolve_run_on(cfg):
+    """The platforms to plan, in order: ``auto`` resolved, every other entry "cpu" or a catalogue slug."""
+    out = []
+    for i, p in enumerate(cfg["run_on"]):
+        if p == "auto":
+            p = resolve_auto(cfg["platforms"])
+        elif p != "cpu" and p not in cfg["platforms"]:
+            raise WorkflowError(f"invalid config:\n  run_on.{i}: unknown platform {p!r}; known: auto, cpu, "
+                                + ", ".join(cfg["platforms"]))
+        if p not in out:
+            out.append(p)
+    return out
 
 
 validate_config(config)
-PLATFORM, RUN_ARCH = resolve_platform(config["platform"])
+RUN_ON = resolve_run_on(config)
+TARGETS = config["targets"]
+RUN_VARIANTS = list(config["variants"])
+DISTS = config["distributions"]
+# the GPU rules' {platform}: a catalogue slug; the CPU emulation rules' {platform}: "cpu"
+GPU_PLATFORM = "|".join(sorted(config["platforms"]))
+
+
+def kind(platform):
+    """"cpu" (emulation, CPU sweep) or "gpu" (timed, GPU sweep)."""
+    return "cpu" if platform == "cpu" else "gpu"
+
+
+def platform_spec(platform):
+    """A GPU platform's catalogue entry, checked for what planning it needs; every message names the key."""
+    spec = config["platforms"].get(platform)
+    if spec is None:
+        raise WorkflowError(f"invalid config:\n  platforms.{platform}: not in the catalogue (known: "
+                            f"{', '.join(config['platforms'])}); results/{platform}/ cannot be planned")
+    if spec["arch"] not in TARGETS:
+        raise WorkflowError(f"invalid config:\n  platforms.{platform}.arch: {spec['arch']} is not one of targets "
+                            f"{TARGETS}; add it there to run on {platform}")
+    for entry in RUN_VARIANTS:
+        precision = impl(entry).precision
+        if precision not in spec["peak"]:
+            raise WorkflowError(f"invalid config:\n  platforms.{platform}.peak.{precision}: missing, and "
+                                f"variants.{entry} is bounded by it (null if {platform} has no tensor-core path)")
+    return spec
+
+
+def run_arch(platform):
+    return None if platform == "cpu" else platform_spec(platform)["arch"]
 
 
 def physical_limits(platform):
-    """The platform's datasheet limits (config platforms.<slug>); a GPU platform must have them, with
-    a peak for the precision of every variant that runs."""
+    """The platform's datasheet limits (config platforms.<slug>), None for CPU emulation."""
     if platform == "cpu":
         return None
-    limits = config["platforms"].get(platform)
-    if limits is None:
-        raise WorkflowError(f"invalid config:\n  platforms.{platform}: no datasheet limits for this GPU; add its "
-                            "dense peak per precision and its HBM bandwidth (see config.yaml)")
-    for entry in config["variants"]:
-        precision = VARIANTS[config["variants"][entry].get("uses", entry)].precision
-        if precision not in limits["peak"]:
-            raise WorkflowError(f"invalid config:\n  platforms.{platform}.peak.{precision}: missing, and "
-                                f"variants.{entry} is bounded by it")
-    return limits
+    platform_spec(platform)
+    return datasheet(platform)
 
 
-PHYSICAL = physical_limits(PLATFORM)
-HOST_KIND = "cpu" if PLATFORM == "cpu" else "gpu"
-TARGETS = config["targets"]
-if RUN_ARCH is not None and RUN_ARCH not in TARGETS:
-    raise WorkflowError(f"this host's GPU is {RUN_ARCH}, which is not in config targets {TARGETS}")
-RUN_VARIANTS = list(config["variants"])
-DISTS = config["distributions"]
+def gpu_resources(platform):
+    """A GPU job's resources: one GPU (the local profile's gpu=1 keeps them one at a time) and its
+    platform's cluster request (profiles/slurm turns these into sbatch flags)."""
+    c = platform_spec(platform)["cluster"]
+    return {"gpu": 1, "slurm_partition": c["partition"], "gpu_model": c.get("gpu_model"),
+            "constraint": c.get("constraint"), "runtime": c["runtime"], "mem_mb": c["mem_mb"],
+            "cpus_per_task": c.get("cpus_per_task", 1)}
+
+
+GPU_RESOURCES = ("gpu", "slurm_partition", "gpu_model", "constraint", "runtime", "mem_mb", "cpus_per_task")
+
+
+def gpu_resource(name):
+    return lambda wc: gpu_resources(wc.platform)[name]
+
 
 FIGURES = ["headline", "throughput", "speedup", "roofline", "accuracy", "compile_matrix", "comparison"]
 
 wildcard_constraints:
     platform="[a-z0-9]+",
+    family="[a-z0-9]+",
     target="sm_[0-9]+a?",
     dist="[a-z0-9_]+",
     shape="[0-9]+x[0-9]+x[0-9]+",
@@ -139,15 +198,14 @@ def is_tilelang(variant):
     return impl(variant).kernel is not None
 
 
-def variant_shapes(variant):
-    return config["variants"][variant].get("shapes", {}).get(HOST_KIND) or config["sweeps"][HOST_KIND]
+def variant_shapes(variant, kind):
+    return config["variants"][variant].get("shapes", {}).get(kind) or config["sweeps"][kind]
 
 
-def variant_compile_jobs(variant):
-    """(target, tile, shapes) per kernel of a variant's compile job: this GPU's arch at every shape it
-    runs, every other target (all of them on a CPU host) at the compile-check shapes only."""
-    return compile_jobs({t: tiles_for(variant, t) for t in TARGETS}, RUN_ARCH, variant_shapes(variant),
-                        config["sweeps"]["cpu_compile"])
+def check_compile_jobs(variant):
+    """(target, tile, shapes) per kernel of a variant's compile-check job: every target, every tile, at
+    the sweeps.cpu_compile shapes (a cross-compile does not depend on the host)."""
+    return [(t, tile, config["sweeps"]["cpu_compile"]) for t in TARGETS for tile in tiles_for(variant, t)]
 
 
 def tiles_for(variant, target):
@@ -156,22 +214,22 @@ def tiles_for(variant, target):
 
 
 def input_formats(shape):
-    """Every input format some variant needs at this shape (one inputs job writes them all)."""
-    return sorted({impl(v).input_format for v in RUN_VARIANTS if shape in variant_shapes(v)})
+    """Every input format some variant needs at this shape, on any host kind (one inputs job writes them all)."""
+    return sorted({impl(v).input_format for v in RUN_VARIANTS for k in ("cpu", "gpu") if shape in variant_shapes(v, k)})
 
 
-def input_sets():
-    """Every (distribution, shape) some variant runs on."""
-    return sorted({(d, s) for v in RUN_VARIANTS for d in variant_dists(v) for s in variant_shapes(v)})
+def compile_outputs(platform):
+    """The compile records of a platform's report: every target's check compile, and on a GPU platform
+    its own arch's kernels at the shapes it runs."""
+    check = [f"results/compile/{v}/{t}/{tile}.json"
+             for v in RUN_VARIANTS if is_tilelang(v) for t in TARGETS for tile in tiles_for(v, t)]
+    arch = run_arch(platform)
+    return check + ([sweep_record(v, arch, tile) for v in RUN_VARIANTS if is_tilelang(v) for tile in tiles_for(v, arch)]
+                    if arch else [])
 
 
-def all_shapes():
-    return sorted({s for v in RUN_VARIANTS for s in variant_shapes(v)}, key=lambda s: parse_shape(s))
-
-
-def compile_outputs():
-    return [f"results/{PLATFORM}/compile/{v}/{t}/{tile}.json"
-            for v in RUN_VARIANTS if is_tilelang(v) for t in TARGETS for tile in tiles_for(v, t)]
+def sweep_record(variant, arch, tile):
+    return f"results/compile/{variant}/{arch}/sweep/{tile}.json"
 
 
 def _module_of(obj):
@@ -214,27 +272,33 @@ def format_code(shape):
     return import_closure(sorted(own | set(modules)), REPO, scripts)
 
 
-def run_outputs():
-    return [f"results/{PLATFORM}/{v}/{d}/{s}.json" for v in RUN_VARIANTS for d in variant_dists(v) for s in variant_shapes(v)]
+def run_outputs(platform, entries=None):
+    return [f"results/{platform}/{v}/{d}/{s}.json" for v in (entries or RUN_VARIANTS) for d in variant_dists(v)
+            for s in variant_shapes(v, kind(platform))]
 
 
 def variant_dists(variant):
     return config["variants"][variant].get("distributions") or DISTS
 
 
-def run_inputs(variant):
-    """All shapes of one (variant, distribution): inputs, the code they depend on, compiled kernels."""
+def run_inputs(variant, kind):
+    """All shapes of one (variant, distribution): inputs, the code they depend on, and on a GPU platform
+    its own arch's kernels compiled at those shapes (nothing of any other target)."""
     def inputs(wc):
-        shapes = variant_shapes(variant)
+        shapes = variant_shapes(variant, kind)
         files = {"fp32": [f"results/inputs/{wc.dist}/{s}/fp32.pt" for s in shapes],
                  "formats": [f"results/inputs/{wc.dist}/{s}/formats" for s in shapes],
                  "manifest": [f"results/inputs/{wc.dist}/{s}/manifest.json" for s in shapes],
                  "code": variant_code(variant, "run")}
-        if RUN_ARCH is not None and is_tilelang(variant):
-            files["compiled"] = [f"results/{wc.platform}/compile/{variant}/{RUN_ARCH}/{t}.json"
-                                 for t in tiles_for(variant, RUN_ARCH)]
+        arch = run_arch(wc.platform)
+        if arch is not None and is_tilelang(variant):
+            files["compiled"] = [sweep_record(variant, arch, t) for t in tiles_for(variant, arch)]
         return files
     return inputs
+
+
+def ceilings_input(wc):
+    return [f"results/{wc.platform}/ceilings.json"] if kind(wc.platform) == "gpu" else []
 
 
 def report_outputs(folder):
@@ -242,7 +306,47 @@ def report_outputs(folder):
             for name in FIGURES}
 
 
+def result_set_files(folder):
+    """What a report reads of a result set: a published folder's points, else its collect outputs."""
+    points = published_points(Path(folder).name) if Path(folder).parent == Path("results/published") else []
+    return points or [f"{folder}/{f}" for f in ("tidy.parquet", "compile_matrix.csv")]
+
+
+def datasheet(folder):
+    """The datasheet limits of the platform a result folder is named after (None if it names none)."""
+    spec = config["platforms"].get(Path(str(folder)).name)
+    return {k: spec[k] for k in ("name", "peak", "hbm_TBps", "source")} if spec else None
+
+
 def report_params(result_dir, label, references):
+    """``result_dir``, ``label``: strings or functions of the wildcards; ``references``: (folder, label)."""
     return {"result_dir": result_dir, "label": label, "references": references,
+            "limits": lambda wc: {str(d): datasheet(d) for d in
+                                  [result_dir(wc) if callable(result_dir) else result_dir, *(d for d, _ in references)]},
             "regression_threshold": config["report"]["regression_threshold"],
             "captions": {n: (REPO / "workflow/report" / f"{n}.rst").read_text().strip() for n in FIGURES}}
+
+
+for _p in RUN_ON:
+    run_arch(_p)  # a planned platform must be complete before anything runs
+
+
+FAMILIES = sorted({impl(v).family for v in RUN_VARIANTS} - {"baseline"})
+
+
+def family_entries(family):
+    """A family's points: its own config entries and every entry of a peer (matched or second baseline)
+    of one of them that shares a GPU shape with them; one family refresh measures exactly these."""
+    own = [e for e in RUN_VARIANTS if impl(e).family == family]
+    if not own:
+        raise WorkflowError(f"invalid config:\n  variants: no entry of family {family!r} (families: {', '.join(FAMILIES)})")
+    peers = {b for e in own for b in (impl(e).baseline, impl(e).second_baseline) if b}
+    shapes = {s for e in own for s in variant_shapes(e, "gpu")}
+    return own + [e for e in RUN_VARIANTS if e not in own and impl(e).name in peers
+                  and shapes & set(variant_shapes(e, "gpu"))]
+
+
+def published_points(platform):
+    """Every committed point file of a published platform folder (one sub-folder per family refresh)."""
+    root = Path(f"results/published/{platform}/points")
+    return sorted(str(p) for p in root.glob("*/**/*.json")) if root.is_dir() else []

@@ -1,7 +1,9 @@
-# Stage 2: cross-compile each TileLang variant, every tile for every configured target, on any host
-# (one rule per variant, compile_<variant>; one process per variant keeps start-up costs down).
-# A GPU host compiles its own arch at every shape it runs; every other target, and every target on a
-# CPU-only host, at the sweeps.cpu_compile shapes only (enough to prove the kernel builds).
+# Stage 2: cross-compile each TileLang variant, on any host; records are per target, never per platform.
+#   compile_<variant>:       every tile for every configured target at the sweeps.cpu_compile shapes
+#                            (one process per variant keeps start-up costs down): proves each builds.
+#   compile_<variant>_sweep: one tile for one target at every GPU shape the variant runs; a GPU
+#                            platform's run jobs need exactly these of their own arch, which they then
+#                            load from the TileLang cache (a CPU node or a login node can build them).
 # A known refusal (declared arch or shape rule, TileLang's refusal of a dtype there) is recorded as
 # unsupported; any other error as failed, with its reason (kernels/compile.py).
 
@@ -14,16 +16,35 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
         input:
             code=variant_code(_variant, "compile"),
         output:
-            records=[f"results/{{platform}}/compile/{_variant}/{t}/{tile}.json"
-                     for t in TARGETS for tile in tiles_for(_variant, t)],
-            artifacts=directory(f"results/{{platform}}/compile/{_variant}/artifacts"),
+            records=[f"results/compile/{_variant}/{t}/{tile}.json" for t, tile, _ in check_compile_jobs(_variant)],
+            artifacts=directory(f"results/compile/{_variant}/artifacts"),
         params:
             variant=impl(_variant).name,
-            # (target, tile, shapes), in the order of records
-            jobs=variant_compile_jobs(_variant),
+            # (target, tile, shapes) and the folder of its kernels, in the order of records
+            jobs=check_compile_jobs(_variant),
+            artifact_dirs=[f"results/compile/{_variant}/artifacts/{t}/{tile}" for t, tile, _ in check_compile_jobs(_variant)],
         conda:
             "../../envs/gpu.yaml"
         log:
-            f"results/logs/{{platform}}/compile/{_variant}.log",
+            f"results/logs/compile/{_variant}.log",
+        script:
+            "../scripts/compile_kernel.py"
+
+    rule:
+        name:
+            f"compile_{_variant}_sweep"
+        input:
+            code=variant_code(_variant, "compile"),
+        output:
+            records=[f"results/compile/{_variant}/{{target}}/sweep/{{tile}}.json"],
+            artifacts=directory(f"results/compile/{_variant}/{{target}}/sweep/{{tile}}"),
+        params:
+            variant=impl(_variant).name,
+            jobs=lambda wc, v=_variant: [(wc.target, wc.tile, variant_shapes(v, "gpu"))],
+            artifact_dirs=lambda wc, output: [output.artifacts],
+        conda:
+            "../../envs/gpu.yaml"
+        log:
+            f"results/logs/compile/{_variant}/{{target}}/sweep/{{tile}}.log",
         script:
             "../scripts/compile_kernel.py"

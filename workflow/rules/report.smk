@@ -1,4 +1,5 @@
-# Stage 5: the comparison report, from tidy tables alone: this host's run, and any published set.
+# Stage 5: the comparison report, from tidy tables alone: a platform's run (its collect outputs), and any
+# published set (read from its per-family points: committed sources, never rebuilt by the main job).
 # Each figure is also a Snakemake report item: snakemake --report results/report.zip
 
 
@@ -7,14 +8,14 @@ rule report:
         tidy="results/{platform}/tidy.parquet",
         compile_matrix="results/{platform}/compile_matrix.csv",
         roofs="results/{platform}/roofs.csv",
-        ceilings=[f"results/{PLATFORM}/ceilings.json"] if RUN_ARCH else [],
-        references=[f"{d}/tidy.parquet" for d in config["report"]["compare_with"]],
+        ceilings=ceilings_input,
+        references=[f for d in config["report"]["compare_with"] for f in result_set_files(d)],
         code=script_code("report.py"),
     output:
         html="results/{platform}/report.html",
         **report_outputs("results/{platform}"),
     params:
-        **report_params(f"results/{PLATFORM}", f"{PLATFORM} (this run)",
+        **report_params(lambda wc: f"results/{wc.platform}", lambda wc: f"{wc.platform} (this run)",
                         [(d, f"{Path(d).name} (published)") for d in config["report"]["compare_with"]]),
     conda:
         "../../envs/report.yaml"
@@ -26,9 +27,7 @@ rule report:
 
 rule report_published:
     input:
-        tidy="results/published/{platform}/tidy.parquet",
-        compile_matrix="results/published/{platform}/compile_matrix.csv",
-        roofs="results/published/{platform}/roofs.csv",
+        points=lambda wc: published_points(wc.platform),
         code=script_code("report.py"),
     output:
         html="results/published/{platform}/report.html",

@@ -1,7 +1,21 @@
-# Stage 3: run. One rule per variant (run_<variant>), so `--forcerun run_fp8_e4m3` reruns one variant;
-# one job covers a variant's whole shape sweep for one distribution (one process start, one CUDA
-# context), writing a file per shape. On a GPU host: correctness, then timing, of each tile compiled
-# for this GPU's arch. On a CPU-only host: the variant's arithmetic emulated in torch, errors only.
+# Stage 3: run. Per variant, one rule per kind of platform, so `--forcerun run_fp8_e4m3` reruns one
+# variant on the GPU platforms and `--forcerun emulate_fp8_e4m3` its CPU emulation. One job covers a
+# variant's whole shape sweep for one distribution (one process start, one CUDA context), writing a
+# file per shape.
+#   run_<variant>     results/<gpu platform>/...: on a node with that GPU (checked on landing),
+#                     correctness, then timing, of each tile compiled for the platform's arch.
+#   emulate_<variant> results/cpu/...: the variant's arithmetic emulated in torch, errors only.
+# Every param and resource is a function of the {platform} wildcard and the config, never of the host
+# that planned the run. GPU jobs of one platform share the group gpu_<platform>: on a cluster
+# (profiles/slurm) they run one after another in one allocation, and different platforms at once.
+
+
+def run_params(variant, kind):
+    return {"variant": impl(variant).name, "entry": variant, "shapes": variant_shapes(variant, kind),
+            "tolerance": config["variants"][variant]["tolerance"], "timing": config["timing"],
+            "platform_spec": (lambda wc: platform_spec(wc.platform)) if kind == "gpu" else None,
+            "arch": (lambda wc: run_arch(wc.platform)) if kind == "gpu" else None,
+            "tiles": (lambda wc: tiles_for(variant, run_arch(wc.platform))) if kind == "gpu" else []}
 
 
 for _variant in RUN_VARIANTS:
@@ -10,19 +24,35 @@ for _variant in RUN_VARIANTS:
         name:
             f"run_{_variant}"
         input:
-            unpack(run_inputs(_variant)),
+            unpack(run_inputs(_variant, "gpu")),
         output:
-            [f"results/{{platform}}/{_variant}/{{dist}}/{shape}.json" for shape in variant_shapes(_variant)],
+            [f"results/{{platform}}/{_variant}/{{dist}}/{shape}.json" for shape in variant_shapes(_variant, "gpu")],
+        wildcard_constraints:
+            platform=GPU_PLATFORM,
         params:
-            variant=impl(_variant).name,
-            entry=_variant,
-            shapes=variant_shapes(_variant),
-            arch=RUN_ARCH,
-            tiles=tiles_for(_variant, RUN_ARCH) if RUN_ARCH else [],
-            tolerance=config["variants"][_variant]["tolerance"],
-            timing=config["timing"],
+            **run_params(_variant, "gpu"),
         resources:
-            gpu=0 if RUN_ARCH is None else 1,
+            **{name: gpu_resource(name) for name in GPU_RESOURCES},
+        group:
+            "gpu_{platform}"
+        conda:
+            "../../envs/gpu.yaml"
+        log:
+            f"results/logs/{{platform}}/{_variant}/{{dist}}.log",
+        script:
+            "../scripts/run_variant.py"
+
+    rule:
+        name:
+            f"emulate_{_variant}"
+        input:
+            unpack(run_inputs(_variant, "cpu")),
+        output:
+            [f"results/{{platform}}/{_variant}/{{dist}}/{shape}.json" for shape in variant_shapes(_variant, "cpu")],
+        wildcard_constraints:
+            platform="cpu",
+        params:
+            **run_params(_variant, "cpu"),
         conda:
             "../../envs/gpu.yaml"
         log:
@@ -36,11 +66,15 @@ rule measure_ceilings:
         code=import_closure(["kernels.ceilings", "kernels.device"], REPO, ["workflow/scripts/measure_ceilings.py"]),
     output:
         "results/{platform}/ceilings.json",
+    wildcard_constraints:
+        platform=GPU_PLATFORM,
     params:
-        arch=RUN_ARCH,
+        platform_spec=lambda wc: platform_spec(wc.platform),
         reps=config["timing"]["reps"],
     resources:
-        gpu=1,
+        **{name: gpu_resource(name) for name in GPU_RESOURCES},
+    group:
+        "gpu_{platform}"
     conda:
         "../../envs/gpu.yaml"
     log:

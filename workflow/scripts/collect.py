@@ -1,5 +1,6 @@
-# Collect every run of this platform into one tidy table (CSV + parquet), its limits (roofs.csv) and
-# the compile matrix.
+# Collect a platform's runs into one tidy table (CSV + parquet), its limits (roofs.csv) and the compile
+# matrix; for a published folder, the same from every family's points, with a table of the point sets
+# (when and at which commit each family was measured).
 import sys
 
 sys.path.insert(0, snakemake.scriptdir)
@@ -8,18 +9,23 @@ from script_setup import setup  # noqa: E402
 setup(snakemake)
 import json  # noqa: E402
 
-from tables import compile_matrix, roofs, tidy_runs  # noqa: E402
+from tables import compile_matrix, point_sets, roofs, tidy_runs  # noqa: E402
 
 from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
 load_all()
-runs = list(snakemake.input.runs)
-ceilings_file = snakemake.input.ceilings[0] if snakemake.input.ceilings else None
 physical = snakemake.params.physical
-df = tidy_runs(runs, ceilings_file, physical, {v: bytes_per_element(v) for v in VARIANTS})
+bytes_of = {v: bytes_per_element(v) for v in VARIANTS}
+if "points_dir" in snakemake.params.keys():
+    df, ceilings, compiled, sets = point_sets(snakemake.params.points_dir, physical, bytes_of)
+    sets.to_csv(snakemake.output.point_sets, index=False)
+else:
+    ceilings_file = snakemake.input.ceilings[0] if snakemake.input.ceilings else None
+    df = tidy_runs(list(snakemake.input.runs), ceilings_file, physical, bytes_of)
+    ceilings = json.load(open(ceilings_file))["ceilings"] if ceilings_file else {}
+    compiled = list(snakemake.input.compiled)
 df.to_csv(snakemake.output.csv, index=False)
 df.to_parquet(snakemake.output.parquet, index=False)
-ceilings = json.load(open(ceilings_file))["ceilings"] if ceilings_file else {}
 roofs(df, ceilings, physical).to_csv(snakemake.output.roofs, index=False)
-compile_matrix(list(snakemake.input.compiled)).to_csv(snakemake.output.compile_matrix, index=False)
+compile_matrix(compiled).to_csv(snakemake.output.compile_matrix, index=False)
 print(f"{len(df)} rows")

@@ -15,11 +15,11 @@ p = snakemake.params
 variant = get_variant(p.variant)
 artifacts = Path(snakemake.output.artifacts)
 artifacts.mkdir(parents=True, exist_ok=True)  # an output even when no target builds (all unsupported)
-for (target, tile_name, shapes), out in zip(p.jobs, snakemake.output.records, strict=True):
+for (target, tile_name, shapes), folder, out in zip(p.jobs, p.artifact_dirs, snakemake.output.records, strict=True):
     tile = parse_tile(tile_name)
     records = []
     for shape in shapes:
-        rec = compile_record(variant, *parse_shape(shape), tile, target, artifacts / target / tile_name / shape)
+        rec = compile_record(variant, *parse_shape(shape), tile, target, Path(folder) / shape)
         print(target, tile_name, shape, rec["status"], rec.get("reason", ""), rec.get("compile_s"), flush=True)
         records.append(rec | {"shape": shape})
     write_json(out, {"variant": variant.name, "target": target, "tile": tile_name, "records": records})

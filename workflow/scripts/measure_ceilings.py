@@ -4,11 +4,11 @@ import sys
 sys.path.insert(0, snakemake.scriptdir)
 from script_setup import gpu_lock, setup, write_json  # noqa: E402
 
-repo = setup(snakemake)
+setup(snakemake)
 from kernels.ceilings import measure_ceilings  # noqa: E402
-from kernels.device import check_platform, environment_tags  # noqa: E402
+from kernels.device import check_landed, environment_tags  # noqa: E402
 
-check_platform(snakemake.wildcards.platform, snakemake.params.arch)
-with gpu_lock(repo):
+check_landed(snakemake.wildcards.platform, snakemake.params.platform_spec)
+with gpu_lock():
     ceilings = measure_ceilings(snakemake.params.reps)
 write_json(snakemake.output[0], {"env": environment_tags(), "ceilings": ceilings})

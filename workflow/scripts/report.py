@@ -17,12 +17,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import tables  # noqa: E402
 
-from kernels.registry import VARIANTS, load_all  # noqa: E402
+from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
 load_all()
 p = snakemake.params
-this = tables.load_set(p.result_dir, p.label)
-refs = [tables.load_set(d, label) for d, label in p.references]
+bytes_of = {v: bytes_per_element(v) for v in VARIANTS}
+this = tables.load_set(p.result_dir, p.label, p.limits[str(p.result_dir)], bytes_of)
+refs = [tables.load_set(d, label, p.limits[str(d)], bytes_of) for d, label in p.references]
 threshold = p.regression_threshold
 baseline_of = {n: v.baseline for n, v in VARIANTS.items() if v.baseline}
 second_of = {n: v.second_baseline for n, v in VARIANTS.items() if v.second_baseline}
@@ -141,6 +142,12 @@ sections.append("<h2>At a glance</h2>" + table(glance,
                                                highlight="status", fmt={**{c: "{:.3g}" for c in glance.columns if "rel_fro" in c},
                                                                         **{c: "{:.3f}" for c in glance.columns if "speedup" in c}}))
 sections.append("<h2>Environment</h2>" + "".join(env_block(s) for s in [this, *refs]))
+for s in [this, *refs]:
+    if len(s["point_sets"]):
+        sections.append(f"<h3>Point sets of {html.escape(s['label'])}</h3><p>A published folder holds one run per "
+                        "family: its variants, their peers and the ceilings, measured together, so every ratio "
+                        "in it is taken within one run. When and at which commit each was measured:</p>"
+                        + table(s["point_sets"]))
 sections.append("<h2>Variants</h2><p>The <b>matched peer</b> has the variant's accumulation semantics (fp8 without "
                 "promotion: cuBLAS <code>use_fast_accum=True</code>; promoted or full-fp32 kernels: promoted cuBLAS; "
                 "exact integer kernels: <code>torch._int_mm</code>) and gives the headline speedup; the second "

@@ -4,11 +4,11 @@ import sys
 sys.path.insert(0, snakemake.scriptdir)
 from script_setup import gpu_lock, setup, write_json  # noqa: E402
 
-repo = setup(snakemake)
+setup(snakemake)
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from kernels.device import check_platform, environment_tags  # noqa: E402
+from kernels.device import check_landed, environment_tags  # noqa: E402
 from kernels.inputs import load_operands  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
 from kernels.runner import run_emulated, run_gpu  # noqa: E402
@@ -16,7 +16,8 @@ from kernels.tiles import parse_shape, parse_tile  # noqa: E402
 
 wc, p = snakemake.wildcards, snakemake.params
 variant = get_variant(p.variant)
-check_platform(wc.platform, p.arch)
+if p.arch is not None:  # a GPU platform: first make sure this node has its GPU
+    check_landed(wc.platform, p.platform_spec)
 tiles = [parse_tile(t) for t in p.tiles]
 for shape, fp32, formats, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
                                                     snakemake.input.manifest, snakemake.output, strict=True):
@@ -27,7 +28,7 @@ for shape, fp32, formats, manifest_file, out in zip(p.shapes, snakemake.input.fp
     if p.arch is None:
         rows = run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance)
     else:
-        with gpu_lock(repo):
+        with gpu_lock():
             rows = run_gpu(variant, raw["A"], raw["B"], ops, tiles, p.arch, p.tolerance,
                            reps=p.timing["reps"], warmup=p.timing["warmup"])
     M, N, K = parse_shape(shape)

@@ -27,12 +27,14 @@ def setup(snakemake) -> Path:
 
 
 @contextlib.contextmanager
-def gpu_lock(repo: Path):
-    """Hold an exclusive lock while timing on the GPU: a second line of defence should GPU jobs be
-    scheduled concurrently (e.g. a run without the default profile's gpu=1 resource)."""
-    lock = repo / ".snakemake" / "gpu.lock"
+def gpu_lock():
+    """Hold an exclusive, node-local lock while using the GPU: no two GPU jobs of this pipeline overlap on
+    one node, whoever scheduled them (two snakemake invocations, a local run beside a cluster job). It
+    lives on the node (/tmp, or LPGEMM_GPU_LOCK), never on a shared filesystem, where a lock would
+    serialise every node or protect nothing."""
+    lock = Path(os.environ.get("LPGEMM_GPU_LOCK", "/tmp/lpgemm-gpu.lock"))
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as fh:
+    with open(lock, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

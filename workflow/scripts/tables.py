@@ -7,9 +7,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-# the columns that identify a measurement (unique in a tidy table); everything else is a metric or a tag
-KEYS = ["platform", "target", "entry", "dist", "shape", "tile"]
-SORT = ["platform", "target", "family", "variant", "entry", "dist", "M", "N", "K", "tile"]
+# the columns that identify a measurement (unique in a tidy table); everything else is a metric or a tag.
+# point_set: "all" for one platform's run; in a published folder, the family whose refresh measured the
+# point (a baseline shared by two families is measured, and kept, once in each family's run)
+KEYS = ["platform", "point_set", "target", "entry", "dist", "shape", "tile"]
+SORT = ["platform", "point_set", "target", "family", "variant", "entry", "dist", "M", "N", "K", "tile"]
+ONE_RUN = "all"
 
 
 class DuplicateRows(ValueError):
@@ -17,7 +20,7 @@ class DuplicateRows(ValueError):
 
 
 def tidy_runs(run_files: list[str], ceilings_file: str | None = None, physical: dict | None = None,
-              bytes_of: dict[str, tuple[float, float, float]] | None = None) -> pd.DataFrame:
+              bytes_of: dict[str, tuple[float, float, float]] | None = None, point_set: str = ONE_RUN) -> pd.DataFrame:
     """One row per platform x target x config entry x distribution x shape x tile: metrics, env tags,
     and, for timed rows, their fraction of the physical limits and of the run's measured best.
 
@@ -31,16 +34,11 @@ def tidy_runs(run_files: list[str], ceilings_file: str | None = None, physical: 
             tol = {f"tol_{k}": v for k, v in d.get("tolerance", {}).items()}
             point = {k: v for k, v in d["point"].items() if k != "input_sha256"}
             records.append(point | d["env"] | tol | row | {"input_sha256": json.dumps(d["point"]["input_sha256"]),
-                                                            "source_file": str(f)})
+                                                            "source_file": str(f), "point_set": point_set})
     df = pd.DataFrame.from_records(records)
     if df.empty:
         return df
-    dup = df[df.duplicated(KEYS, keep=False)]
-    if len(dup):
-        lines = [f"  {'/'.join(str(v) for v in k)}: {', '.join(g['source_file'])}"
-                 for k, g in dup.groupby(KEYS, sort=True)]
-        raise DuplicateRows(f"{len(lines)} measurement key(s) ({', '.join(KEYS)}) appear more than once:\n"
-                            + "\n".join(lines))
+    check_unique(df)
     for col in ("throughput", "time_ms_median", "time_ms_p20", "time_ms_p80"):
         if col not in df:
             df[col] = np.nan
@@ -49,6 +47,38 @@ def tidy_runs(run_files: list[str], ceilings_file: str | None = None, physical: 
     front = [c for c in SORT + ["status", "reason", "throughput", "ops_unit", "time_ms_median", "time_ms_p20",
                                 "time_ms_p80", "pct_of_peak", "pct_of_roof", "pct_of_measured_best"] if c in df]
     return df[front + [c for c in df.columns if c not in front]].sort_values(SORT).reset_index(drop=True)
+
+
+def point_sets(points_dir: str | Path, physical: dict | None,
+               bytes_of: dict[str, tuple[float, float, float]]) -> tuple[pd.DataFrame, dict, list[str], pd.DataFrame]:
+    """A published folder's points, one family refresh per sub-folder: the tidy rows of every family
+    (each with the limits of its own run), the best ceiling probes over all runs, every compile record,
+    and one provenance row per family (when, at which commit, on which GPU it was measured)."""
+    frames, ceilings, compiled, sets = [], {}, [], []
+    for d in sorted(p for p in Path(points_dir).iterdir() if p.is_dir()):
+        prov = json.loads((d / "provenance.json").read_text())
+        runs = sorted(str(f) for f in (d / "runs").rglob("*.json"))
+        frames.append(tidy_runs(runs, str(d / "ceilings.json"), physical, bytes_of, point_set=d.name))
+        for name, probe in json.loads((d / "ceilings.json").read_text())["ceilings"].items():
+            if name not in ceilings or (probe.get("value") or 0) > (ceilings[name].get("value") or 0):
+                ceilings[name] = probe | {"how": f"{probe.get('how', '')} (run of {d.name})"}
+        compiled += sorted(str(f) for f in (d / "compile").rglob("*.json"))
+        sets.append({"point_set": d.name, "rows": len(frames[-1]), **{k: (", ".join(v) if isinstance(v, list) else v)
+                                                                      for k, v in prov.items() if k != "family"}})
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(df):
+        check_unique(df)
+        df = df.sort_values(SORT).reset_index(drop=True)
+    return df, ceilings, compiled, pd.DataFrame(sets)
+
+
+def check_unique(df: pd.DataFrame) -> None:
+    dup = df[df.duplicated(KEYS, keep=False)]
+    if len(dup):
+        lines = [f"  {'/'.join(str(v) for v in k)}: {', '.join(g['source_file'])}"
+                 for k, g in dup.groupby(KEYS, sort=True)]
+        raise DuplicateRows(f"{len(lines)} measurement key(s) ({', '.join(KEYS)}) appear more than once:\n"
+                            + "\n".join(lines))
 
 
 def add_limits(df: pd.DataFrame, ceilings: dict, physical: dict | None,
@@ -70,7 +100,7 @@ def add_limits(df: pd.DataFrame, ceilings: dict, physical: dict | None,
     # bytes of B (the weight, with its scales) per second: the figure of merit of memory-bound shapes
     df["weight_TBps"] = df["N"] * df["K"] * b / seconds / 1e12
     if physical:
-        df["peak"] = df["precision"].map(physical["peak"])
+        df["peak"] = df["precision"].map(physical["peak"]).astype(float)
         df["hbm_TBps"] = float(physical["hbm_TBps"])
         df["roof"] = np.minimum(df["peak"], df["intensity"] * df["hbm_TBps"])
     else:
@@ -110,6 +140,8 @@ def roofs(df: pd.DataFrame, ceilings: dict, physical: dict | None) -> pd.DataFra
     units = df.groupby("precision")["ops_unit"].first().to_dict() if len(df) else {}
     if physical:
         for prec, v in physical["peak"].items():
+            if v is None:  # no tensor-core path for this precision on this GPU
+                continue
             rows.append({"kind": "physical", "precision": prec, "value": float(v), "unit": units.get(prec, "TFLOP/s"),
                          "by": f"{physical['name']} datasheet, dense ({physical['source']})"})
         rows.append({"kind": "physical", "precision": "memory", "value": float(physical["hbm_TBps"]), "unit": "TB/s",
@@ -156,22 +188,22 @@ def compile_summary(cm: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_tiles(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (target, variant, dist, shape): the fastest tile among rows within tolerance."""
+    """Per (point set, target, variant, dist, shape): the fastest tile among rows within tolerance."""
     ok = df[(df["status"] == "ok") & df["throughput"].notna()]
     if ok.empty:
         return ok
-    idx = ok.groupby(["target", "variant", "dist", "shape"])["throughput"].idxmax()
+    idx = ok.groupby(["point_set", "target", "variant", "dist", "shape"])["throughput"].idxmax()
     return ok.loc[idx].reset_index(drop=True)
 
 
 def speedups(best: pd.DataFrame, baseline_of: dict[str, str], second_of: dict[str, str] | None = None) -> pd.DataFrame:
     """Speedup of each variant's best tile over its matched peer (``baseline_of``: same accumulation
-    semantics) of the same run and shape, and over its second baseline (``second_of``) beside it."""
-    cols = ["target", "dist", "shape", "family", "variant", "tile", "throughput", "baseline", "baseline_throughput",
+    semantics) of the same run (point set) and shape, and over its second baseline (``second_of``) beside it."""
+    cols = ["point_set", "target", "dist", "shape", "family", "variant", "tile", "throughput", "baseline", "baseline_throughput",
             "speedup", "second_baseline", "second_baseline_throughput", "speedup_vs_second"]
     if best.empty:
         return pd.DataFrame(columns=cols)
-    key = ["target", "dist", "shape"]
+    key = ["point_set", "target", "dist", "shape"]
     lib = best.groupby(key + ["variant"])["throughput"].max()
     out = best[best["variant"].isin(baseline_of)].copy()
     for col, of in (("baseline", baseline_of), ("second_baseline", second_of or {})):
@@ -201,21 +233,33 @@ def what_ran(tidy: pd.DataFrame) -> dict:
 # ---- result sets and the report's derived tables ------------------------------------------------
 
 
-def load_set(directory: str | Path, label: str) -> dict:
-    """A result set: the tidy table, compile matrix and ceilings of one run (a platform folder or a
-    published copy), with a label saying where it comes from."""
+def load_set(directory: str | Path, label: str, physical: dict | None = None,
+             bytes_of: dict[str, tuple[float, float, float]] | None = None) -> dict:
+    """A result set, with a label saying where it comes from: the tidy table, compile matrix, limits and
+    ceilings of one platform's run (its collect outputs), or of a published folder, read from its
+    per-family points (``physical``, ``bytes_of``: as for ``tidy_runs``)."""
     d = Path(directory)
-    ceilings = d / "ceilings.json"
-    env = json.loads(ceilings.read_text())["env"] if ceilings.exists() else {}
-    tidy = pd.read_parquet(d / "tidy.parquet")
-    cm = pd.read_csv(d / "compile_matrix.csv", dtype={"reason": str}).fillna({"reason": ""})
-    roofs_csv = d / "roofs.csv"
+    if (d / "points").is_dir():
+        tidy, ceilings, compiled, sets = point_sets(d / "points", physical, bytes_of or {})
+        cm = compile_matrix(compiled)
+        limits = roofs(tidy, ceilings, physical)
+        env = {}
+    else:
+        ceilings_file = d / "ceilings.json"
+        env = json.loads(ceilings_file.read_text())["env"] if ceilings_file.exists() else {}
+        ceilings = json.loads(ceilings_file.read_text())["ceilings"] if ceilings_file.exists() else {}
+        tidy = pd.read_parquet(d / "tidy.parquet")
+        cm = pd.read_csv(d / "compile_matrix.csv", dtype={"reason": str})
+        limits = (pd.read_csv(d / "roofs.csv") if (d / "roofs.csv").exists()
+                  else pd.DataFrame(columns=["kind", "precision", "value"]))
+        sets = pd.DataFrame()
     return {
-        "roofs": pd.read_csv(roofs_csv) if roofs_csv.exists() else pd.DataFrame(columns=["kind", "precision", "value"]),
+        "point_sets": sets,
+        "roofs": limits,
         "label": label,
         "tidy": tidy,
-        "compile": cm,
-        "ceilings": json.loads(ceilings.read_text())["ceilings"] if ceilings.exists() else {},
+        "compile": cm.fillna({"reason": ""}),
+        "ceilings": ceilings,
         "env": env or (tidy.iloc[0][["gpu_name", "driver", "cuda", "torch", "tilelang", "git_commit"]].to_dict()
                        if len(tidy) else {}),
         "timed": bool(len(tidy) and tidy["throughput"].notna().any()),
@@ -224,20 +268,26 @@ def load_set(directory: str | Path, label: str) -> dict:
 
 def panels(best: pd.DataFrame, peers_of: dict[str, list[str]], family_of: dict[str, str]) -> pd.DataFrame:
     """Rows grouped into one panel per family, each library baseline repeated in every family that
-    compares against it, so a variant is always drawn beside its peers."""
+    compares against it, so a variant is always drawn beside its peers (from that family's own run
+    where a published folder holds one run per family)."""
     fam = best["variant"].map(family_of)
+    own_run = best["point_set"]
+
+    def of_run(rows: pd.Series, family: str) -> pd.Series:
+        return rows & own_run.isin([ONE_RUN, family])
+
     parts = [best[fam != "baseline"].assign(panel=fam[fam != "baseline"])]
     for variant, bases in peers_of.items():
         for base in bases:
             if family_of.get(base) != family_of[variant]:
-                parts.append(best[best["variant"] == base].assign(panel=family_of[variant]))
+                parts.append(best[of_run(best["variant"] == base, family_of[variant])].assign(panel=family_of[variant]))
     # precision-independent baselines (the unquantized bf16 GEMM) are drawn in every family
     for f in set(fam) - {"baseline"}:
-        parts.append(best[fam == "baseline"].assign(panel=f))
+        parts.append(best[of_run(fam == "baseline", f)].assign(panel=f))
     out = pd.concat(parts, ignore_index=True)
     shapes_of = out[out["variant"].map(family_of) != "baseline"].groupby("panel")["shape"].agg(set)
     out = out[[s in shapes_of.get(p, set()) for p, s in zip(out["panel"], out["shape"], strict=True)]]
-    return out.drop_duplicates(subset=["panel", "variant", "dist", "shape", "tile"])
+    return out.drop_duplicates(subset=["panel", "point_set", "variant", "dist", "shape", "tile"])
 
 
 def accuracy(df: pd.DataFrame) -> pd.DataFrame:
@@ -259,7 +309,8 @@ def compare_sets(primary: pd.DataFrame, reference: pd.DataFrame, threshold: floa
         key = ["variant", "dist", "shape"]
         err = df.groupby(key).agg(kernel_rel_fro=("kernel_rel_fro", "max"), total_rel_fro=("total_rel_fro", "max"))
         bt = best_tiles(df)
-        err["throughput"] = bt.set_index(key)["throughput"] if len(bt) else np.nan
+        # a published folder may hold a shared baseline once per family run: the faster counts here
+        err["throughput"] = bt.groupby(key)["throughput"].max() if len(bt) else np.nan
         return err
 
     a, b = summary(primary), summary(reference)
