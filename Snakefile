@@ -2,19 +2,23 @@
 #
 #   snakemake --cores 1              # the whole pipeline for this host (CPU-only or GPU)
 #   snakemake -n                     # show what would run
+#   snakemake --profile profiles/slurm --config 'run_on=[h100,b200]'   # GPU platforms on a cluster
 #
 # Results path grammar (everything under results/ is generated):
 #   results/inputs/{dist}/{M}x{N}x{K}/fp32.pt            unquantized A (M,K), B (N,K); manifest.json: sha256
 #   results/inputs/{dist}/{M}x{N}x{K}/formats/{fmt}.pt   quantized operands per input format
-#   results/{platform}/compile/{variant}/{target}/{tile}.json   compile record per shape
-#   results/{platform}/compile/{variant}/artifacts/{target}/{tile}/{shape}/kernel.cu, kernel.ptx
+#   results/compile/{variant}/{target}/{tile}.json            compile check of a target (sweeps.cpu_compile shapes)
+#   results/compile/{variant}/{target}/sweep/{tile}.json      the same at every GPU shape (a GPU platform's arch)
+#   results/compile/{variant}/artifacts/{target}/{tile}/{shape}/kernel.cu, kernel.ptx
 #   results/{platform}/{variant}/{dist}/{M}x{N}x{K}.json        one run: a row per tile (lib or emulated for baselines and CPU hosts)
 #   results/{platform}/ceilings.json                     library probes: copy bandwidth, cuBLAS GEMM per precision (GPU hosts)
 #   results/{platform}/tidy.csv|parquet, compile_matrix.csv, roofs.csv (physical and measured limits),
 #   results/{platform}/report.html (self-contained), figures/*.png
-#   results/published/{platform}/                        committed results of a GPU run (+ report.html)
-# platform: "cpu" on a host without a GPU, else the GPU's slug (e.g. h200); target: an nvcc arch
-# (sm_90a); tile: kernels/tiles.py grammar, "lib" for a library baseline, "emulated" on the CPU.
+#   results/published/{platform}/points/{family}/         committed points of one family refresh (+ provenance.json)
+#   results/published/{platform}/tidy.csv, point_sets.csv, report.html   rebuilt from every family's points
+# platform: "cpu" (CPU emulation) or a slug of config platforms (h200, h100, b200, l40s, a100): config
+# run_on lists those to run ("auto": this host); target: an nvcc arch (sm_90a); tile: kernels/tiles.py
+# grammar, "lib" for a library baseline, "emulated" on the CPU.
 
 configfile: "config.yaml"
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from slurm_cluster import slurm_cluster  # noqa: F401  (one session-wide cluster for every SLURM test)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -13,6 +14,7 @@ sys.path.insert(0, str(REPO))
 
 def copy_workflow(dest: Path, config: dict) -> Path:
     """A throwaway copy of the workflow with its own config.yaml (a --configfile would merge, not replace)."""
+    dest.mkdir(parents=True, exist_ok=True)
     for item in ("Snakefile", "workflow", "kernels", "envs", "profiles", "results/published"):
         src = REPO / item
         (shutil.copytree(src, dest / item, ignore=shutil.ignore_patterns("__pycache__", "report.html", "figures"))

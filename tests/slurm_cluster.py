@@ -1,6 +1,6 @@
 """Pytest helper (not a test file): a session-scoped throwaway SLURM cluster on this host.
 
-Use it from a test module with ``from slurm_cluster import slurm_cluster  # noqa: F401``.
+conftest.py imports the fixture, so that every test module shares one cluster.
 The cluster comes from ``.ci/slurm-cluster`` (see that script for the node/partition layout); its fake
 ``nvidia-smi`` lies in ``cluster.bin``, which ``cluster.run`` puts first on PATH (sbatch passes PATH on to jobs).
 """
@@ -62,10 +62,11 @@ def slurm_cluster(tmp_path_factory, request):
         pytest.skip(reason)
     path = tmp_path_factory.mktemp("slurm")
     request.addfinalizer(lambda: _stop(path))  # registered first: stops even a half-started cluster
+    # this host can run one (root, slurm-wlm installed): a cluster that does not start is a failure
     try:
         proc = subprocess.run([str(SCRIPT), "start", str(path)], capture_output=True, text=True, timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired as exc:
-        pytest.skip(f"local SLURM cluster did not start within {START_TIMEOUT} s: {(exc.stderr or b'')[-2000:]!r}")
+        pytest.fail(f"local SLURM cluster did not start within {START_TIMEOUT} s: {(exc.stderr or b'')[-2000:]!r}")
     if proc.returncode != 0:
-        pytest.skip(f"local SLURM cluster could not be started (rc {proc.returncode}):\n{proc.stdout[-1500:]}\n{proc.stderr[-3000:]}")
+        pytest.fail(f"local SLURM cluster could not be started (rc {proc.returncode}):\n{proc.stdout[-1500:]}\n{proc.stderr[-3000:]}")
     yield SlurmCluster(dir=path, bin=path / "bin")

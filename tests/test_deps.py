@@ -7,7 +7,7 @@ import pytest
 import yaml
 from conftest import REPO, copy_workflow, snakemake, tiny_config
 
-from kernels.deps import compile_jobs, import_closure
+from kernels.deps import import_closure
 
 
 def test_closure_of_dequant_reaches_int4_through_its_import():
@@ -43,15 +43,6 @@ def test_closure_follows_every_import_form(tmp_path):
         import_closure(["pkg.nope"], tmp_path)
 
 
-def test_compile_jobs_give_the_gpu_its_run_shapes_and_other_targets_the_check_shapes():
-    tiles = {"sm_89": ["a"], "sm_90a": ["b", "c"], "sm_100a": []}
-    run, check = ["1x2x3", "4x5x6"], ["7x8x9"]
-    assert compile_jobs(tiles, "sm_90a", run, check) == [
-        ("sm_89", "a", check), ("sm_90a", "b", run), ("sm_90a", "c", run)]
-    # a CPU-only host compiles every target at the check shapes only
-    assert compile_jobs(tiles, None, run, check) == [("sm_89", "a", check), ("sm_90a", "b", check), ("sm_90a", "c", check)]
-
-
 def _planned(proc):
     return proc.stdout + proc.stderr
 
@@ -68,7 +59,7 @@ def test_editing_a_transitive_import_reruns_the_jobs_that_reach_it(tmp_path):
     cfg["variants"] = {"dequant_w4_int4_sym_g128": {k: v for k, v in vcfg.items() if k != "shapes"}}
     wf = copy_workflow(tmp_path, cfg)
     # on a CPU host the run job does not need the compile record: ask for both
-    targets = ["results/cpu/compile/dequant_w4_int4_sym_g128/sm_90a/m16n64k128_s2_t128_wrow.json",
+    targets = ["results/compile/dequant_w4_int4_sym_g128/sm_90a/m16n64k128_s2_t128_wrow.json",
                "results/cpu/dequant_w4_int4_sym_g128/normal/16x128x256.json"]
     snakemake(wf, *targets)
     record = json.loads((wf / targets[0]).read_text())
@@ -84,11 +75,11 @@ def test_editing_a_transitive_import_reruns_the_jobs_that_reach_it(tmp_path):
     with open(wf / "kernels/int4.py", "a") as fh:
         fh.write("# an edit\n")
     plan = _planned(snakemake(wf, "-n", *targets))
-    assert "compile_dequant_w4_int4_sym_g128" in plan and "run_dequant_w4_int4_sym_g128" in plan, plan
+    assert "compile_dequant_w4_int4_sym_g128" in plan and "emulate_dequant_w4_int4_sym_g128" in plan, plan
 
 
 @pytest.mark.workflow
-def test_a_gpu_host_compiles_its_own_arch_at_every_run_shape_and_other_targets_at_check_shapes(tmp_path, monkeypatch):
+def test_a_gpu_platform_runs_on_its_own_arch_compiled_at_its_run_shapes(tmp_path, monkeypatch):
     # a fake nvidia-smi makes this CPU host look like an H200 (sm_90a) to the planner
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -97,18 +88,24 @@ def test_a_gpu_host_compiles_its_own_arch_at_every_run_shape_and_other_targets_a
                    '  *) echo "NVIDIA H200, 550.00, 1980" ;;\nesac\n')
     smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
     cfg = tiny_config()
-    cfg["platform"] = "auto"
+    cfg["run_on"] = ["auto"]
     cfg["targets"] = ["sm_89", "sm_90a"]
     run_shapes, check_shapes = ["128x128x256", "256x128x128"], ["128x128x128"]
     cfg["sweeps"] = {"cpu": check_shapes, "gpu": run_shapes, "cpu_compile": check_shapes}
-    # declared unsupported on sm_89 and sm_90a: its compile job records every shape without nvcc
+    # declared unsupported on sm_89 and sm_90a: its compile jobs record every shape without nvcc
     cfg["variants"] = {"blockscaled_sm100": {k: v for k, v in _variant_config("blockscaled_sm100").items() if k != "shapes"}}
-    (tmp_path / "wf").mkdir()
     wf = copy_workflow(tmp_path / "wf", cfg)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     plan = _planned(snakemake(wf, "-n"))
     assert "compile_blockscaled_sm100" in plan and "run_blockscaled_sm100" in plan and "results/h200/" in plan, plan
-    records = {t: f"results/h200/compile/blockscaled_sm100/{t}/m128n128k128_s1_t128.json" for t in cfg["targets"]}
-    snakemake(wf, *records.values())
+    tile = "m128n128k128_s1_t128"
+    # a run job needs its own arch's kernels at its shapes, and nothing of any other target
+    run_inputs = plan.split("rule run_blockscaled_sm100:")[1].split("output:")[0]
+    assert f"results/compile/blockscaled_sm100/sm_90a/sweep/{tile}.json" in run_inputs
+    assert "sm_89" not in run_inputs and f"results/compile/blockscaled_sm100/sm_90a/{tile}.json" not in run_inputs
+    records = {t: f"results/compile/blockscaled_sm100/{t}/{tile}.json" for t in cfg["targets"]}
+    sweep = f"results/compile/blockscaled_sm100/sm_90a/sweep/{tile}.json"
+    snakemake(wf, *records.values(), sweep)
     shapes = {t: [r["shape"] for r in json.loads((wf / p).read_text())["records"]] for t, p in records.items()}
-    assert shapes == {"sm_89": check_shapes, "sm_90a": run_shapes}
+    assert shapes == {"sm_89": check_shapes, "sm_90a": check_shapes}
+    assert [r["shape"] for r in json.loads((wf / sweep).read_text())["records"]] == run_shapes

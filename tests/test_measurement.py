@@ -114,7 +114,7 @@ def test_every_tilelang_variant_names_a_library_peer():
 
 def test_speedups_against_matched_peer_and_second_column():
     best = pd.DataFrame({
-        "target": "sm_90a", "dist": "normal", "shape": "8x8x8", "family": "fp8", "tile": ["t", "lib", "lib"],
+        "point_set": "all", "target": "sm_90a", "dist": "normal", "shape": "8x8x8", "family": "fp8", "tile": ["t", "lib", "lib"],
         "variant": ["fp8_e4m3", "cublas_fp8_e4m3_fastacc", "cublas_fp8_e4m3"], "throughput": [900.0, 1000.0, 800.0]})
     sp = tables.speedups(best, {"fp8_e4m3": "cublas_fp8_e4m3_fastacc"}, {"fp8_e4m3": "cublas_fp8_e4m3"})
     (row,) = sp.to_dict("records")
@@ -174,7 +174,7 @@ def test_collect_refuses_duplicate_keys_and_names_them(tmp_path):
     two = _run_file(tmp_path / "b.json", "cublas_bf16_w4_shapes")  # same variant, another entry: distinct
     assert len(tables.tidy_runs([one, two])) == 2
     again = _run_file(tmp_path / "c.json", "cublas_bf16")
-    with pytest.raises(tables.DuplicateRows, match=r"h200/sm_90a/cublas_bf16/normal/16x8192x8192/lib.*a\.json.*c\.json"):
+    with pytest.raises(tables.DuplicateRows, match=r"h200/all/sm_90a/cublas_bf16/normal/16x8192x8192/lib.*a\.json.*c\.json"):
         tables.tidy_runs([one, two, again])
 
 

@@ -1,7 +1,6 @@
 """The local SLURM test cluster: fake GPUs per partition, visible to an srun step like the Snakemake plugin's."""
 
 import pytest
-from slurm_cluster import slurm_cluster  # noqa: F401
 
 pytestmark = pytest.mark.slurm
 
@@ -25,11 +24,11 @@ def sbatch(cluster, tmp_path, *args):
 
 
 @pytest.mark.parametrize("gpu, name, cc", [("h100", "NVIDIA H100 80GB HBM3", "9.0"), ("b200", "NVIDIA B200", "10.0")])
-def test_gpu_partition_sees_its_gpu(slurm_cluster, tmp_path, gpu, name, cc):  # noqa: F811
+def test_gpu_partition_sees_its_gpu(slurm_cluster, tmp_path, gpu, name, cc):
     out = sbatch(slurm_cluster, tmp_path, "-p", gpu, f"--gpus={gpu}:1")
     assert f"{name}, {cc}\nrc=0" in out, out
 
 
-def test_cpu_partition_has_no_gpu(slurm_cluster, tmp_path):  # noqa: F811
+def test_cpu_partition_has_no_gpu(slurm_cluster, tmp_path):
     out = sbatch(slurm_cluster, tmp_path, "-p", "cpu")
     assert "couldn't communicate with the NVIDIA driver" in out and "rc=9" in out, out

@@ -1,6 +1,7 @@
 """Tiles, inputs, timing statistics and the judgement of a result."""
 import pytest
 import torch
+from conftest import REPO
 
 from kernels.bench import summarize
 from kernels.inputs import load_operands, make_operands, manifest, save_operands
@@ -82,18 +83,47 @@ def test_trace_is_split_into_repetitions_at_each_flush():
     assert split_by_flush([], flush) == []
 
 
-def test_a_gpu_platform_without_its_gpu_is_an_error(monkeypatch):
+def _catalogue():
+    import yaml
+
+    return yaml.safe_load((REPO / "config.yaml").read_text())["platforms"]
+
+
+def test_the_catalogue_tells_gpus_apart_by_their_nvidia_smi_names():
+    from kernels.device import matching_platforms
+
+    platforms = _catalogue()
+    assert {"h100", "h200", "b200", "l40s", "a100"} <= set(platforms)
+    names = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100", "NVIDIA B200": "b200", "NVIDIA L40S": "l40s",
+             "NVIDIA A100-SXM4-80GB": "a100"}
+    for name, slug in names.items():
+        assert matching_platforms(name, platforms) == [slug], name
+    # a different product under a similar name has other peaks: it must not pass as a listed one
+    for other in ("NVIDIA H200 NVL", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 4090"):
+        assert matching_platforms(other, platforms) == [], other
+
+
+def test_a_job_checks_the_gpu_it_landed_on(monkeypatch):
     import torch
 
-    from kernels.device import check_platform, platform_slug
+    import kernels.device as device
 
-    assert check_platform("cpu", None) is None
+    spec = _catalogue()["h100"]
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu07")
+    monkeypatch.setattr(device, "_nvidia_smi", lambda q: [])
+    with pytest.raises(RuntimeError, match="planned for platform h100.*node gpu07 has no GPU.*platforms.h100.cluster"):
+        device.check_landed("h100", spec)
+    monkeypatch.setattr(device, "_nvidia_smi", lambda q: ["NVIDIA B200, 10.0"])
+    with pytest.raises(RuntimeError, match="GPU mismatch.*platforms.h100.match.*node gpu07 has 'NVIDIA B200'"):
+        device.check_landed("h100", spec)
+    monkeypatch.setattr(device, "_nvidia_smi", lambda q: ["NVIDIA H100 80GB HBM3, 9.0"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RuntimeError, match="h200.*no CUDA GPU"):
-        check_platform("h200", "sm_90a")
+    with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
+        device.check_landed("h100", spec)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
+    assert device.check_landed("h100", spec) == {"gpu_name": "NVIDIA H100 80GB HBM3", "arch": "sm_90a", "node": "gpu07"}
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 9))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA L40S")
-    with pytest.raises(RuntimeError, match="mismatch.*L40S"):
-        check_platform("h200", "sm_90a")
-    assert platform_slug("NVIDIA H200") == "h200" and platform_slug("NVIDIA GeForce RTX 4090") == "rtx4090"
+    with pytest.raises(RuntimeError, match="expects sm_90a"):
+        device.check_landed("h100", spec)

@@ -1,5 +1,6 @@
 """The Snakemake workflow end to end on a CPU-only host, in a throwaway copy of the repo."""
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -11,7 +12,7 @@ pytestmark = pytest.mark.workflow
 
 def test_default_config_dry_run_plans_every_stage():
     proc = snakemake(REPO, "-n", "--forceall", "--quiet", "rules")  # the plan, whatever has already run here
-    for rule in ("build_inputs", "compile_fp8_e4m3", "run_fp8_e4m3", "run_cublas_bf16", "collect", "report"):
+    for rule in ("build_inputs", "compile_fp8_e4m3", "emulate_fp8_e4m3", "emulate_cublas_bf16", "collect", "report"):
         assert rule in proc.stdout, proc.stdout
     # the default profile makes GPU jobs exclusive
     assert "profiles/default" in proc.stdout + proc.stderr
@@ -31,6 +32,16 @@ def test_default_config_dry_run_plans_every_stage():
     # a target no instruction check covers would compile "ok" with any instructions at all
     (lambda c: c.update(targets=["sm_90a", "sm_75"]),
      "variants.fp8_e4m3: target sm_75 has no instruction check (kernels/fp8.py Variant.instructions)"),
+    # platforms and run_on
+    (lambda c: c.update(run_on=["h300"]), "run_on.0: unknown platform 'h300'"),
+    (lambda c: c.update(run_on="h100"), "run_on: 'h100' is not of type 'array'"),
+    (lambda c: c["platforms"]["h100"].update(match="NVIDIA (H100"), "platforms.h100.match"),
+    (lambda c: c["platforms"]["h100"]["cluster"].pop("partition"), "platforms.h100.cluster: 'partition' is a required"),
+    (lambda c: c["platforms"]["h100"]["cluster"].pop("gpu_model"), "platforms.h100.cluster"),
+    (lambda c: c["platforms"].update(cpu=c["platforms"]["h100"]), "platforms"),
+    (lambda c: c.update(run_on=["b200"]), "platforms.b200.arch: sm_100a is not one of targets ['sm_90a']"),
+    (lambda c: (c.update(run_on=["h100"]), c["platforms"]["h100"]["peak"].pop("fp8")),
+     "platforms.h100.peak.fp8: missing, and variants.fp8_e4m3 is bounded by it"),
 ])
 def test_config_errors_name_the_bad_key(tmp_path, edit, key):
     cfg = tiny_config()
@@ -40,10 +51,58 @@ def test_config_errors_name_the_bad_key(tmp_path, edit, key):
     assert key in proc.stdout + proc.stderr
 
 
-def test_asking_for_an_absent_gpu_is_an_error(tmp_path):
-    cfg = tiny_config() | {"platform": "h200"}
-    proc = snakemake(copy_workflow(tmp_path, cfg), "-n", check=False)
-    assert proc.returncode != 0 and "h200" in proc.stdout + proc.stderr and "no GPU" in proc.stdout + proc.stderr
+def test_gpu_platforms_are_planned_from_a_host_without_a_gpu(tmp_path):
+    cfg = tiny_config() | {"run_on": ["h100", "b200"], "targets": ["sm_90a", "sm_100a"]}
+    cfg["platforms"]["b200"]["cluster"] = {"partition": "blackwell", "constraint": "b200", "runtime": 20, "mem_mb": 9000}
+    wf = copy_workflow(tmp_path, cfg)
+    plan = snakemake(wf, "-n").stdout
+    for platform, arch in (("h100", "sm_90a"), ("b200", "sm_100a")):
+        # the GPU sweep (not the CPU one), timed jobs (not emulations), the platform's own arch compiled
+        assert f"results/{platform}/fp8_e4m3/normal/64x128x128.json" in plan
+        assert f"results/{platform}/fp8_e4m3/normal/48x64x128.json" not in plan
+        assert f"results/{platform}/ceilings.json" in plan
+        assert f"results/compile/fp8_e4m3/{arch}/sweep/m64n64k64_s2_t128.json" in plan
+    assert "emulate_" not in plan and "results/cpu/" not in plan
+    assert "slurm_partition=h100, gpu_model=h100, runtime=30" in plan
+    assert "slurm_partition=blackwell, constraint=b200, runtime=20" in plan and "gpu_model=" not in plan.split("blackwell")[1][:40]
+    # a path names its platform: asking for one outside run_on plans exactly that platform
+    plan = snakemake(wf, "-n", "results/l40s/tidy.csv", check=False)
+    assert "platforms.l40s.arch: sm_89 is not one of targets" in plan.stdout + plan.stderr
+    plan = snakemake(wf, "-n", "results/x999/tidy.csv", check=False)
+    assert plan.returncode != 0 and "platforms.x999: not in the catalogue" in plan.stdout + plan.stderr
+
+
+def fake_nvidia_smi(tmp_path, name, cc):
+    """A directory holding an nvidia-smi that reports one GPU (put it first on PATH)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\ncase "$*" in\n  *--query-gpu=name,compute_cap*) echo "{name}, {cc}" ;;\n'
+                   f'  *) echo "{name}, 550.00, 1980" ;;\nesac\n')
+    smi.chmod(0o755)
+    return bin_dir
+
+
+def test_auto_refuses_a_gpu_the_catalogue_does_not_know(tmp_path, monkeypatch):
+    cfg = tiny_config() | {"run_on": ["auto"]}
+    wf = copy_workflow(tmp_path / "wf", cfg)
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path, 'NVIDIA H200 NVL', '9.0')}{os.pathsep}{os.environ['PATH']}")
+    proc = snakemake(wf, "-n", check=False)
+    assert proc.returncode != 0
+    assert "run_on: auto: this host's GPU 'NVIDIA H200 NVL' matches no entry of platforms.*.match" in proc.stdout + proc.stderr
+
+
+def test_a_job_that_lands_on_another_gpu_fails_and_says_which_key_to_fix(tmp_path, monkeypatch):
+    cfg = tiny_config() | {"run_on": ["h100"]}
+    cfg["variants"] = {"cublas_bf16": cfg["variants"]["cublas_bf16"]}
+    wf = copy_workflow(tmp_path / "wf", cfg)
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path, 'NVIDIA B200', '10.0')}{os.pathsep}{os.environ['PATH']}")
+    target = "results/h100/cublas_bf16/normal/64x128x128.json"
+    proc = snakemake(wf, target, check=False)
+    assert proc.returncode != 0 and not (wf / target).exists()
+    log = (wf / "results/logs/h100/cublas_bf16/normal.log").read_text()
+    assert "GPU mismatch: this job is planned for platform h100" in log and "has 'NVIDIA B200'" in log, log
+    assert "platforms.h100.cluster" in log and "platforms.h100.match" in log
 
 
 def _mtimes(root):
@@ -86,7 +145,7 @@ def test_tiny_cpu_run_then_rerun_one_variant(tiny_workflow):
     assert changed - downstream <= set((res / "cpu/fp8_e4m3/normal").glob("*.json"))
 
     before = _mtimes(wf)
-    snakemake(wf, "--forcerun", "run_cublas_bf16")
+    snakemake(wf, "--forcerun", "emulate_cublas_bf16")
     changed = {p for p, t in _mtimes(wf).items() if before.get(p) != t}
     assert set((res / "cpu/cublas_bf16").rglob("*.json")) <= changed
     assert changed - downstream <= set((res / "cpu/cublas_bf16").rglob("*.json"))
@@ -95,7 +154,7 @@ def test_tiny_cpu_run_then_rerun_one_variant(tiny_workflow):
     cache = wf / ".cache/tilelang"
     entries = sorted(p.name for p in cache.rglob("kernels/*"))
     assert entries
-    record = res / "cpu/compile/fp8_e4m3/sm_90a/m64n64k64_s2_t128.json"
+    record = res / "compile/fp8_e4m3/sm_90a/m64n64k64_s2_t128.json"
     before = record.stat().st_mtime_ns
     snakemake(wf, "--forcerun", "compile_fp8_e4m3", "--until", "compile_fp8_e4m3")
     assert record.stat().st_mtime_ns != before and json.loads(record.read_text())["records"][0]["status"] == "ok"

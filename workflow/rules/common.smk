@@ -297,6 +297,14 @@ def run_inputs(variant, kind):
     return inputs
 
 
+def run_params(variant, kind):
+    return {"variant": impl(variant).name, "entry": variant, "shapes": variant_shapes(variant, kind),
+            "tolerance": config["variants"][variant]["tolerance"], "timing": config["timing"],
+            "platform_spec": (lambda wc: platform_spec(wc.platform)) if kind == "gpu" else None,
+            "arch": (lambda wc: run_arch(wc.platform)) if kind == "gpu" else None,
+            "tiles": (lambda wc: tiles_for(variant, run_arch(wc.platform))) if kind == "gpu" else []}
+
+
 def ceilings_input(wc):
     return [f"results/{wc.platform}/ceilings.json"] if kind(wc.platform) == "gpu" else []
 

@@ -21,6 +21,8 @@ rule publish_family:
     params:
         family="{family}",
         entries=lambda wc: family_entries(wc.family),
+    conda:
+        "../../envs/report.yaml"
     log:
         "results/logs/published/{platform}/publish_{family}.log",
     script:

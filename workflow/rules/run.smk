@@ -10,14 +10,6 @@
 # (profiles/slurm) they run one after another in one allocation, and different platforms at once.
 
 
-def run_params(variant, kind):
-    return {"variant": impl(variant).name, "entry": variant, "shapes": variant_shapes(variant, kind),
-            "tolerance": config["variants"][variant]["tolerance"], "timing": config["timing"],
-            "platform_spec": (lambda wc: platform_spec(wc.platform)) if kind == "gpu" else None,
-            "arch": (lambda wc: run_arch(wc.platform)) if kind == "gpu" else None,
-            "tiles": (lambda wc: tiles_for(variant, run_arch(wc.platform))) if kind == "gpu" else []}
-
-
 for _variant in RUN_VARIANTS:
 
     rule:

@@ -190,6 +190,8 @@ def compile_summary(cm: pd.DataFrame) -> pd.DataFrame:
 def best_tiles(df: pd.DataFrame) -> pd.DataFrame:
     """Per (point set, target, variant, dist, shape): the fastest tile among rows within tolerance."""
     ok = df[(df["status"] == "ok") & df["throughput"].notna()]
+    if "point_set" not in ok:  # a tidy table written before point sets: one run
+        ok = ok.assign(point_set=ONE_RUN)
     if ok.empty:
         return ok
     idx = ok.groupby(["point_set", "target", "variant", "dist", "shape"])["throughput"].idxmax()

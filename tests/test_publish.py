@@ -1,0 +1,101 @@
+"""Published results per family: each family's points come from one GPU run, and are refreshed alone."""
+import json
+import shutil
+import sys
+
+import pytest
+import yaml
+from conftest import REPO, copy_workflow, snakemake, tiny_config
+
+sys.path.insert(0, str(REPO / "workflow/scripts"))
+import tables  # noqa: E402
+
+from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
+
+POINTS = REPO / "results/published/h200/points"
+load_all()
+PEAKS = yaml.safe_load((REPO / "config.yaml").read_text())["platforms"]["h200"]
+
+
+def _load(points_dir):
+    tidy, _, _, sets = tables.point_sets(points_dir, PEAKS, {v: bytes_per_element(v) for v in VARIANTS})
+    best = tables.best_tiles(tidy)
+    sp = tables.speedups(best, {n: v.baseline for n, v in VARIANTS.items() if v.baseline},
+                         {n: v.second_baseline for n, v in VARIANTS.items() if v.second_baseline})
+    return tidy, sets, sp
+
+
+def test_the_published_h200_set_holds_every_family_with_its_provenance():
+    tidy, sets, sp = _load(POINTS)
+    assert set(sets["point_set"]) == {"fp8", "int4", "blockscaled", "dequant"}
+    for _, s in sets.iterrows():
+        assert s["gpu_names"] == "NVIDIA H200" and len(s["git_commits"]) >= 7 and s["measured_from"] <= s["measured_to"]
+    # a family's own variants appear in its point set only; every timed variant has its matched peer there
+    own = tidy[tidy["family"] != "baseline"]
+    assert (own["point_set"] == own["family"]).all() or set(own[own["point_set"] != own["family"]]["variant"]) <= {
+        "cublas_fp8_e4m3"}  # the tensorwise fp8 GEMM: fp8's own, and block-scaled's second baseline
+    # every timed kernel's matched peer was measured at that shape in the same run (where cuBLAS refuses a
+    # shape, its row says unsupported)
+    timed = sp[sp["variant"].map(lambda v: VARIANTS[v].kernel is not None)]
+    measured = set(tidy[["point_set", "variant", "dist", "shape"]].itertuples(index=False, name=None))
+    assert len(timed) > 100 and all(k in measured for k in timed[["point_set", "baseline", "dist", "shape"]].itertuples(
+        index=False, name=None))
+    assert timed["speedup"].notna().mean() > 0.9
+
+
+def test_a_ratio_is_taken_within_its_own_family_run(tmp_path):
+    points = tmp_path / "points"
+    shutil.copytree(POINTS, points)
+    _, _, before = _load(points)
+    # a later refresh of fp8 measures its cuBLAS tensorwise baseline twice as fast ...
+    for f in (points / "fp8/runs/cublas_fp8_e4m3").rglob("*.json"):
+        d = json.loads(f.read_text())
+        for r in d["rows"]:
+            if r.get("throughput"):
+                r["throughput"] *= 2
+                r["time_ms_median"] /= 2
+        f.write_text(json.dumps(d))
+    _, _, after = _load(points)
+    key = ["point_set", "variant", "dist", "shape"]
+    b, a = before.set_index(key).sort_index(), after.set_index(key).sort_index()
+    # ... which moves fp8's ratios against it, and none of block-scaled's, measured in their own run
+    fp8, bs = a.xs("fp8", level="point_set"), a.xs("blockscaled", level="point_set")
+    assert (fp8["speedup_vs_second"] / b.xs("fp8", level="point_set")["speedup_vs_second"]).dropna().round(6).eq(0.5).all()
+    assert bs["speedup_vs_second"].notna().any()
+    assert bs["speedup_vs_second"].equals(b.xs("blockscaled", level="point_set")["speedup_vs_second"])
+
+
+def test_a_point_set_without_provenance_is_refused(tmp_path):
+    points = tmp_path / "points"
+    shutil.copytree(POINTS / "int4", points / "int4")
+    (points / "int4/provenance.json").unlink()
+    with pytest.raises(FileNotFoundError, match="provenance.json"):
+        _load(points)
+
+
+@pytest.mark.workflow
+def test_refreshing_one_family_plans_its_entries_their_peers_and_the_ceilings_only(tmp_path):
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    wf = copy_workflow(tmp_path, cfg)
+    proc = snakemake(wf, "-n", "--forceall", "results/published/h200/points/blockscaled", "--quiet", "rules")
+    plan = proc.stdout + proc.stderr
+    runs = {line.split()[0] for line in plan.splitlines() if line.startswith("run_")}
+    assert runs == {"run_blockscaled_sm90", "run_blockscaled_g128", "run_blockscaled_sm100", "run_cublas_blockwise_fp8",
+                    "run_cublas_fp8_e4m3"}, plan
+    assert "measure_ceilings" in plan and "publish_family" in plan and "emulate_" not in plan
+    # the main job of a CPU host reads the published points and never rebuilds or republishes them
+    proc = snakemake(wf, "-n", "--quiet", "rules")
+    plan = proc.stdout + proc.stderr
+    assert "emulate_fp8_e4m3" in plan
+    assert not {"publish_family", "collect_published", "report_published"} & set(plan.split())
+
+
+@pytest.mark.workflow
+def test_the_published_report_is_rebuilt_from_the_points(tmp_path):
+    cfg = tiny_config()
+    wf = copy_workflow(tmp_path, cfg)
+    snakemake(wf, "results/published/h200/tidy.csv", "results/published/h200/report.html")
+    page = (wf / "results/published/h200/report.html").read_text()
+    assert "Point sets of h200 (published)" in page and "0bfb51c" in page
+    sets = (wf / "results/published/h200/point_sets.csv").read_text()
+    assert all(f in sets for f in ("fp8", "int4", "blockscaled", "dequant"))

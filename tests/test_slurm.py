@@ -1,0 +1,112 @@
+"""The pipeline through Snakemake's SLURM executor plugin, on a throwaway one-host cluster
+(.ci/slurm-cluster: partitions cpu, h100, b200; fake GPUs and a fake nvidia-smi per node)."""
+import os
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, copy_workflow, snakemake, tiny_config
+
+pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
+
+# the test cluster has no job accounting (sacct fails), its nodes 4 GB: small requests, squeue for status
+SLURM_ARGS = ["--profile", "profiles/slurm", "--slurm-status-command", "squeue",
+              "--slurm-init-seconds-before-status-checks", "2", "--latency-wait", "5", "--jobs", "6",
+              "--default-resources", "slurm_partition=cpu", "runtime=10", "mem_mb=500"]
+
+
+def slurm_snakemake(cluster, workdir, *args, timeout=1500):
+    """snakemake through the SLURM plugin; bounded, since a lost status query would otherwise hang it."""
+    env = dict(cluster.env, PYTHONPATH=str(workdir))
+    env.pop("LPGEMM_AUTO_PLATFORM", None)
+    try:
+        return subprocess.run([sys.executable, "-m", "snakemake", *SLURM_ARGS, *args], cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"snakemake via SLURM did not finish in {timeout} s:\n{(e.stdout or '')[-3000:]}")
+
+
+def slurm_jobs(cluster):
+    """Every job the cluster still knows (MinJobAge keeps finished ones), as scontrol reports it: the
+    submission's partition, GPU request (TresPerJob), node and comment (the plugin writes the rule there)."""
+    out = cluster.run(["scontrol", "-o", "show", "job"], timeout=30).stdout
+    jobs = [dict(re.findall(r"(\w+)=(\S*)", line)) for line in out.splitlines() if line.startswith("JobId=")]
+    return [{"id": j["JobId"], "partition": j.get("Partition"), "gpus": j.get("TresPerJob", ""),
+             "node": j.get("NodeList"), "comment": j.get("Comment", "")} for j in jobs]
+
+
+def gpu_config(**cluster_of):
+    """A tiny config whose GPU sweep is one small shape, with the test cluster's GPU platforms."""
+    cfg = tiny_config()
+    cfg["sweeps"]["gpu"] = ["64x128x128"]
+    cfg["targets"] = ["sm_90a", "sm_100a"]
+    cfg["variants"] = {k: v for k, v in cfg["variants"].items() if k == "cublas_bf16"}
+    cfg["run_on"] = list(cluster_of)
+    for slug, (partition, model) in cluster_of.items():
+        cfg["platforms"][slug]["cluster"] = {"partition": partition, "gpu_model": model, "runtime": 5, "mem_mb": 500}
+    return cfg
+
+
+def test_the_cpu_default_pipeline_through_slurm_gives_the_local_tidy_table(slurm_cluster, tmp_path):
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    # both copies share one kernel cache: the second builds nothing, and the comparison stays about numerics
+    cfg["tilelang_cache"] = str(tmp_path / "tilelang-cache")
+    local, remote = copy_workflow(tmp_path / "local", cfg), copy_workflow(tmp_path / "slurm", cfg)
+    snakemake(local, "--cores", "2")
+    before = {j["id"] for j in slurm_jobs(slurm_cluster)}
+    proc = slurm_snakemake(slurm_cluster, remote)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    ran_on = {j["node"] for j in slurm_jobs(slurm_cluster) if j["id"] not in before}
+    assert ran_on and ran_on <= {"cpu1", "cpu2"}, ran_on  # CPU jobs only, on the CPU partition
+    volatile = ["date", "node"]
+    a, b = (pd.read_csv(w / "results/cpu/tidy.csv").drop(columns=volatile) for w in (local, remote))
+    assert len(a) > 100 and set(a["target"]) == {"cpu"}
+    pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-9)
+
+
+def test_gpu_platforms_are_planned_on_a_gpu_less_host_and_sent_to_their_partitions(slurm_cluster, tmp_path):
+    wf = copy_workflow(tmp_path, gpu_config(h100=("h100", "h100"), b200=("b200", "b200")))
+    before = {j["id"] for j in slurm_jobs(slurm_cluster)}
+    proc = slurm_snakemake(slurm_cluster, wf, "--keep-going", timeout=600)
+    # the GPUs are fake: each GPU job lands, checks its GPU, then finds no CUDA device and fails
+    assert proc.returncode != 0
+    jobs = [j for j in slurm_jobs(slurm_cluster) if j["id"] not in before]
+    gpu_jobs = [j for j in jobs if j["partition"] in ("h100", "b200")]
+    # each platform's run and ceilings jobs, in allocations of its group gpu_<platform>
+    assert {(j["partition"], j["comment"]) for j in gpu_jobs} == {
+        (p, f"rule_gpu_{p}_{r}") for p in ("h100", "b200") for r in ("run_cublas_bf16", "measure_ceilings")}, jobs
+    for job in gpu_jobs:
+        platform = job["partition"]
+        assert job["gpus"] == f"gres:gpu:{platform}:1" and job["node"] == f"{platform}n1", job
+    assert {j["partition"] for j in jobs if j not in gpu_jobs} == {"cpu"}, jobs
+    for platform in ("h100", "b200"):
+        log = (wf / f"results/logs/{platform}/cublas_bf16/normal.log").read_text()
+        assert f"node {platform}n1 has" in log and f"matches platforms.{platform}.match" in log, log
+        assert "torch sees no CUDA device" in log, log  # the fake GPU ends it there
+
+
+def test_a_job_on_the_wrong_gpu_fails_naming_the_config_key(slurm_cluster, tmp_path):
+    # h100's jobs sent to the b200 partition by a wrong cluster entry
+    wf = copy_workflow(tmp_path, gpu_config(h100=("b200", "b200")))
+    proc = slurm_snakemake(slurm_cluster, wf, "--keep-going", "results/h100/cublas_bf16/normal/64x128x128.json",
+                           timeout=600)
+    assert proc.returncode != 0
+    log = (wf / "results/logs/h100/cublas_bf16/normal.log").read_text()
+    assert "GPU mismatch" in log and "node b200n1 has 'NVIDIA B200'" in log, log
+    assert "platforms.h100.cluster" in log and "platforms.h100.match" in log, log
+    assert not (wf / "results/h100/cublas_bf16/normal/64x128x128.json").exists()
+
+
+def test_the_slurm_profile_groups_every_catalogue_platform():
+    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    groups = {g.split("=")[0] for g in profile["group-components"]}
+    platforms = yaml.safe_load((REPO / "config.yaml").read_text())["platforms"]
+    assert groups == {f"gpu_{p}" for p in platforms}
+    assert "gpu=local" in profile["set-resource-scopes"] and "gpu=1" in profile["resources"]
+
+
+if os.environ.get("LPGEMM_AUTO_PLATFORM"):  # a stale resolution would leak into every test run
+    raise RuntimeError("LPGEMM_AUTO_PLATFORM is set in the test environment")
