@@ -1,4 +1,4 @@
-"""What a workflow job depends on and what it builds, computed from the code and the config alone.
+"""What a workflow job depends on, computed from the code alone.
 
 Plain Python, no Snakemake: ``workflow/rules/common.smk`` plans with these, and tests call them directly.
 

@@ -24,7 +24,8 @@ def validate_config(cfg):
     from kernels.registry import unchecked_targets
 
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-    errors = sorted(jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).iter_errors(cfg), key=lambda e: list(e.path))
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.path))
     if errors:
         lines = [f"  {'.'.join(str(p) for p in e.path) or '(top level)'}: {e.message}" for e in errors]
         raise WorkflowError("invalid config:\n" + "\n".join(lines))
@@ -316,8 +317,7 @@ def report_outputs(folder):
 
 def result_set_files(folder):
     """What a report reads of a result set: a published folder's points, else its collect outputs."""
-    points = published_points(Path(folder).name) if Path(folder).parent == Path("results/published") else []
-    return points or [f"{folder}/{f}" for f in ("tidy.parquet", "compile_matrix.csv")]
+    return points_in(folder) or [f"{folder}/{f}" for f in ("tidy.parquet", "compile_matrix.csv")]
 
 
 def datasheet(folder):
@@ -354,7 +354,15 @@ def family_entries(family):
                   and shapes & set(variant_shapes(e, "gpu"))]
 
 
-def published_points(platform):
-    """Every committed point file of a published platform folder (one sub-folder per family refresh)."""
-    root = Path(f"results/published/{platform}/points")
+def points_in(folder):
+    """Every committed point file of a published folder (points/<family>/, one per family refresh)."""
+    root = Path(folder) / "points"
     return sorted(str(p) for p in root.glob("*/**/*.json")) if root.is_dir() else []
+
+
+def published_points(platform):
+    points = points_in(f"results/published/{platform}")
+    if not points:
+        raise WorkflowError(f"results/published/{platform}/points: no published points; publish a family first, "
+                            f"e.g. snakemake results/published/{platform}/points/{FAMILIES[0]}")
+    return points
