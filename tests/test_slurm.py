@@ -35,7 +35,8 @@ def slurm_jobs(cluster):
     out = cluster.run(["scontrol", "-o", "show", "job"], timeout=30).stdout
     jobs = [dict(re.findall(r"(\w+)=(\S*)", line)) for line in out.splitlines() if line.startswith("JobId=")]
     return [{"id": j["JobId"], "partition": j.get("Partition"), "gpus": j.get("TresPerJob", ""),
-             "node": j.get("NodeList"), "comment": j.get("Comment", "")} for j in jobs]
+             "node": j.get("NodeList"), "comment": j.get("Comment", ""), "start": j.get("StartTime"),
+             "end": j.get("EndTime")} for j in jobs]
 
 
 def gpu_config(**cluster_of):
@@ -82,6 +83,9 @@ def test_gpu_platforms_are_planned_on_a_gpu_less_host_and_sent_to_their_partitio
         platform = job["partition"]
         assert job["gpus"] == f"gres:gpu:{platform}:1" and job["node"] == f"{platform}n1", job
     assert {j["partition"] for j in jobs if j not in gpu_jobs} == {"cpu"}, jobs
+    # different platforms run at the same time: their run jobs' allocations overlap
+    h100, b200 = ([j for j in gpu_jobs if j["partition"] == p and "run_" in j["comment"]][0] for p in ("h100", "b200"))
+    assert max(h100["start"], b200["start"]) <= min(h100["end"], b200["end"]), (h100, b200)
     for platform in ("h100", "b200"):
         log = (wf / f"results/logs/{platform}/cublas_bf16/normal.log").read_text()
         assert f"node {platform}n1 has" in log and f"matches platforms.{platform}.match" in log, log
