@@ -28,6 +28,10 @@ def _nvidia_smi(query: str) -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
+def arch_of(major: int, minor: int) -> str:
+    return ARCH_OF_CC.get((major, minor), f"sm_{major}{minor}")
+
+
 def detect_gpu() -> dict | None:
     """The first GPU as seen by nvidia-smi (no torch import: cheap enough for workflow parsing)."""
     rows = _nvidia_smi("name,compute_cap")
@@ -36,7 +40,7 @@ def detect_gpu() -> dict | None:
     name, cc = [x.strip() for x in rows[0].split(",")]
     major, minor = (int(x) for x in cc.split("."))
     return {"gpu_name": name, "compute_capability": f"{major}.{minor}",
-            "arch": ARCH_OF_CC.get((major, minor), f"sm_{major}{minor}")}
+            "arch": arch_of(major, minor)}
 
 
 def matching_platforms(gpu_name: str, platforms: dict) -> list[str]:
@@ -71,7 +75,7 @@ def check_landed(platform: str, spec: dict) -> dict:
         raise RuntimeError(f"platform {platform}: nvidia-smi on node {node} reports {gpu['gpu_name']!r}, "
                            "but torch sees no CUDA device (driver, CUDA_VISIBLE_DEVICES or a CPU build of torch)")
     name = torch.cuda.get_device_name()
-    arch = ARCH_OF_CC.get(torch.cuda.get_device_capability(), "sm_{}{}".format(*torch.cuda.get_device_capability()))
+    arch = arch_of(*torch.cuda.get_device_capability())
     if not re.search(spec["match"], name) or arch != spec["arch"]:
         raise RuntimeError(f"GPU mismatch: platform {platform} expects {spec['arch']} matching {spec['match']!r}; "
                            f"torch on node {node} sees {name!r} ({arch}). Check platforms.{platform}.arch and .match.")

@@ -219,14 +219,13 @@ def input_formats(shape):
     return sorted({impl(v).input_format for v in RUN_VARIANTS for k in ("cpu", "gpu") if shape in variant_shapes(v, k)})
 
 
-def compile_outputs(platform):
-    """The compile records of a platform's report: every target's check compile, and on a GPU platform
-    its own arch's kernels at the shapes it runs."""
-    check = [f"results/compile/{v}/{t}/{tile}.json"
-             for v in RUN_VARIANTS if is_tilelang(v) for t in TARGETS for tile in tiles_for(v, t)]
+def compile_outputs(platform, entries=None):
+    """The compile records of a platform's report (of ``entries``, default all): every target's check
+    compile, and on a GPU platform its own arch's kernels at the shapes it runs."""
+    tilelang = [v for v in (entries or RUN_VARIANTS) if is_tilelang(v)]
+    check = [f"results/compile/{v}/{t}/{tile}.json" for v in tilelang for t in TARGETS for tile in tiles_for(v, t)]
     arch = run_arch(platform)
-    return check + ([sweep_record(v, arch, tile) for v in RUN_VARIANTS if is_tilelang(v) for tile in tiles_for(v, arch)]
-                    if arch else [])
+    return check + ([sweep_record(v, arch, tile) for v in tilelang for tile in tiles_for(v, arch)] if arch else [])
 
 
 def sweep_record(variant, arch, tile):

@@ -12,8 +12,7 @@ rule publish_family:
     input:
         runs=lambda wc: run_outputs(wc.platform, family_entries(wc.family)),
         ceilings="results/{platform}/ceilings.json",
-        compiled=lambda wc: [f for f in compile_outputs(wc.platform)
-                             if f.split("/")[2] in family_entries(wc.family)],
+        compiled=lambda wc: compile_outputs(wc.platform, family_entries(wc.family)),
     output:
         directory("results/published/{platform}/points/{family}"),
     wildcard_constraints:
