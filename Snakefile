@@ -22,6 +22,14 @@
 
 configfile: "config.yaml"
 
+# No local job outlives this snakemake or ignores its interrupt: export this process's identity to the
+# jobs, which watch it, and forward SIGINT to them (workflow/scripts/script_setup.py: register_main).
+import importlib.util as _ilu
+
+_spec = _ilu.spec_from_file_location("lpgemm_script_setup", f"{workflow.basedir}/workflow/scripts/script_setup.py")
+_spec.loader.exec_module(_script_setup := _ilu.module_from_spec(_spec))
+_script_setup.register_main(workflow)
+
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/inputs.smk"
@@ -37,3 +45,12 @@ rule all:
         expand("results/{platform}/tidy.csv", platform=RUN_ON),
         expand("results/{platform}/report.html", platform=RUN_ON),
     default_target: True
+
+
+# the end of every run lists each failed row with its log (common.smk: report_failures)
+onsuccess:
+    report_failures()
+
+
+onerror:
+    report_failures()

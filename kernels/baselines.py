@@ -6,9 +6,12 @@ from functools import partial
 import torch
 
 from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.scales import check_operand
 
 
 def _to_bf16(A: torch.Tensor, B: torch.Tensor) -> Operands:
+    check_operand(A, "bf16", "A")
+    check_operand(B, "bf16", "B")
     return {"A": A.to(torch.bfloat16), "B": B.to(torch.bfloat16)}
 
 

@@ -22,7 +22,8 @@ Variants:
 - ``cublas_blockwise_fp8``: ``torch._scaled_mm`` with 1x128 / 128x128 fp32 scales (DeepSeek recipe).
 
 Every kernel requires K to be a multiple of 128 (one promotion, or one packed word of four E8M0
-codes, per 128 K); the quantizers and emulations accept any K.
+codes, per 128 K): ``kernel_shape_limit``, each TileLang variant's ``shape_limit``, which its factory
+raises as ``Unsupported`` and the CPU emulation also honours; the quantizers accept any K.
 TileLang evaluates a prim_func's annotations with the factory's closure variables, so this module
 must not use ``from __future__ import annotations``.
 """
@@ -31,6 +32,7 @@ from functools import partial
 import torch
 
 from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
+from kernels.scales import amax_scale, check_operand, mx_exponent
 from kernels.tiles import Tile
 
 E4M3 = torch.float8_e4m3fn
@@ -52,13 +54,6 @@ def _round_up(a: int, b: int) -> int:
     return _ceil_div(a, b) * b
 
 
-def _require_finite(x: torch.Tensor, who: str) -> None:
-    if not x.is_floating_point():
-        raise TypeError(f"{who} expects a floating-point tensor, got {x.dtype}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{who}: input contains NaN or Inf")
-
-
 def _block_view(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """x (R, C) zero-padded to whole blocks, viewed as (R/rows, rows, C/cols, cols)."""
     R, C = x.shape
@@ -75,17 +70,20 @@ def _expand(scales: torch.Tensor, rows: int, cols: int, R: int, C: int) -> torch
     return scales.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)[:R, :C]
 
 
-def quantize_e4m3_blocks(x: torch.Tensor, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_e4m3_blocks(
+    x: torch.Tensor, rows: int, cols: int, *, operand: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """e4m3 with one fp32 scale (amax/448) per ``rows`` x ``cols`` block.
 
-    Returns (q (R, C) e4m3, scales (⌈R/rows⌉, ⌈C/cols⌉) fp32) with q·scale ≈ x. An all-zero block gets
-    scale 1 (any scale quantizes it to zeros; 1 keeps the scale finite).
+    Returns (q (R, C) e4m3, scales (⌈R/rows⌉, ⌈C/cols⌉) fp32) with q·scale ≈ x. Scales follow
+    ``scales.amax_scale``: never below fp32's smallest normal (a subnormal block amax cannot give a zero
+    scale and NaN codes), and 1 for an all-zero block (any scale quantizes it to zeros; 1 keeps the
+    scale finite). ``operand`` (e.g. "A") names the tensor in error messages.
     """
-    _require_finite(x, "quantize_e4m3_blocks")
+    check_operand(x, "quantize_e4m3_blocks", operand)
     R, C = x.shape
     blocks = _block_view(x.float(), rows, cols)
-    amax = blocks.abs().amax(dim=(1, 3))
-    scales = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    scales = amax_scale(blocks.abs().amax(dim=(1, 3)), E4M3_MAX, torch.float32)
     q = (blocks / scales[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
     return q.reshape(blocks.shape[0] * rows, -1)[:R, :C].contiguous(), scales.contiguous()
 
@@ -112,17 +110,16 @@ def mx_shared_exponent(amax: torch.Tensor) -> torch.Tensor:
     """OCP MX v1.0 scale choice: ⌊log2 amax⌋ − emax_elem (8 for e4m3), clamped to E8M0's range.
 
     ⌊log2⌋ comes from frexp (amax = m·2^e, m in [0.5, 1)), exact where a float log2 could round up
-    just below a power of two. An all-zero block gets exponent 0 (scale 1).
+    just below a power of two. An all-zero block gets exponent 0 (scale 1); a tiny (e.g. subnormal)
+    amax gets E8M0's smallest scale 2^-127, a code the block-scaled MMA reads as such, so the codes
+    x / 2^-127 (exact) stay finite. The rule is ``scales.mx_exponent``, shared with the W4 MXFP4 format.
     """
-    _, e = torch.frexp(amax.float())
-    exponent = (e.to(torch.int32) - 1) - E4M3_EMAX
-    exponent = torch.where(amax > 0, exponent, torch.zeros_like(exponent))
-    return exponent.clamp(-E8M0_BIAS, E8M0_BIAS)
+    return mx_exponent(amax, E4M3_EMAX, -E8M0_BIAS, E8M0_BIAS)
 
 
-def quantize_mxfp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_mxfp8(x: torch.Tensor, *, operand: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """MXFP8 e4m3 along rows: (q (R, C) e4m3, codes (R, ⌈C/32⌉) uint8 E8M0)."""
-    _require_finite(x, "quantize_mxfp8")
+    check_operand(x, "quantize_mxfp8", operand)
     R, C = x.shape
     blocks = _block_view(x.float(), 1, MX_BLOCK_K)
     codes = e8m0_encode(mx_shared_exponent(blocks.abs().amax(dim=(1, 3))))
@@ -178,8 +175,8 @@ def _m_major_padded(scales: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_deepseek(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    a, sfa = quantize_e4m3_blocks(A, 1, PROMOTION_K)
-    b, sfb = quantize_e4m3_blocks(B, PROMOTION_K, PROMOTION_K)
+    a, sfa = quantize_e4m3_blocks(A, 1, PROMOTION_K, operand="A")
+    b, sfb = quantize_e4m3_blocks(B, PROMOTION_K, PROMOTION_K, operand="B")
     return {"A": a, "B": b, "SFA": sfa, "SFB": sfb, "SFA_t": _m_major_padded(sfa)}
 
 
@@ -191,8 +188,8 @@ def dequantize_deepseek(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def quantize_mx(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    a, sfa = quantize_mxfp8(A)
-    b, sfb = quantize_mxfp8(B)
+    a, sfa = quantize_mxfp8(A, operand="A")
+    b, sfb = quantize_mxfp8(B, operand="B")
     return {
         "A": a,
         "B": b,
@@ -211,8 +208,8 @@ def dequantize_mx(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def quantize_generic(A: torch.Tensor, B: torch.Tensor, g: int) -> Operands:
-    a, sfa = quantize_e4m3_blocks(A, 1, g)
-    b, sfb = quantize_e4m3_blocks(B, 1, g)
+    a, sfa = quantize_e4m3_blocks(A, 1, g, operand="A")
+    b, sfb = quantize_e4m3_blocks(B, 1, g, operand="B")
     return {"A": a, "B": b, "SFA": sfa, "SFB": sfb, "SFA_t": _m_major_padded(sfa), "SFB_t": _m_major_padded(sfb)}
 
 
@@ -261,18 +258,21 @@ def emulate_mx(ops: Operands) -> torch.Tensor:
 
 # ---- TileLang kernels ----------------------------------------------------------------------------
 
-def _require_k(K: int, who: str) -> None:
-    # the documented shape rule the variants also expose as kernel_shape_limit: a known refusal
-    if K % PROMOTION_K:
-        raise Unsupported(
-            f"{who}: K={K} must be a multiple of {PROMOTION_K} (one fp32 promotion / one packed scale word per 128 K)"
-        )
-
-
 def kernel_shape_limit(M: int, N: int, K: int) -> str | None:
+    """Why no block-scaled TileLang kernel can run (M, N, K), or None: the ``shape_limit`` of every
+    block-scaled TileLang variant, and the rule their factories raise (``_require_shape``)."""
     if K % PROMOTION_K:
-        return f"the block-scaled kernels need K divisible by {PROMOTION_K} (K={K})"
+        return (
+            f"the block-scaled kernels need K divisible by {PROMOTION_K}: K={K} must be a multiple of "
+            f"{PROMOTION_K} (one fp32 promotion / one packed scale word per {PROMOTION_K} K)"
+        )
     return None
+
+
+def _require_shape(M: int, N: int, K: int, who: str) -> None:
+    # the variants' declared shape_limit, raised by the factory itself: a known refusal, never drifting
+    if reason := kernel_shape_limit(M, N, K):
+        raise Unsupported(f"{who}: {reason}")
 
 
 def cublas_blockwise_shape_limit(M: int, N: int, K: int) -> str | None:
@@ -282,8 +282,7 @@ def cublas_blockwise_shape_limit(M: int, N: int, K: int) -> str | None:
     return None
 
 
-def _check_sm90_tile(K: int, tile: Tile) -> None:
-    _require_k(K, "blockscaled_sm90")
+def _check_sm90_tile(tile: Tile) -> None:
     if tile.block_K != PROMOTION_K:
         raise ValueError(
             f"blockscaled_sm90: block_K must be {PROMOTION_K} (the promotion interval), got {tile.block_K}"
@@ -317,9 +316,10 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, b_scale: str = "
     """
     import tilelang.language as T
 
-    _check_sm90_tile(K, tile)
     if b_scale not in ("block", "row"):
         raise ValueError(f"b_scale must be 'block' or 'row', got {b_scale!r}")
+    _require_shape(M, N, K, "blockscaled_sm90" if b_scale == "block" else "blockscaled_g128")
+    _check_sm90_tile(tile)
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
     sub_N = min(bN, 128)  # wgmma N of one partial sum
     n_sub = bN // sub_N
@@ -379,8 +379,7 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, b_scale: str = "
     return main
 
 
-def _check_sm100_tile(K: int, tile: Tile) -> None:
-    _require_k(K, "blockscaled_sm100")
+def _check_sm100_tile(tile: Tile) -> None:
     problems = []
     if tile.block_M != 128:
         problems.append(f"block_M must be 128 (tensor memory has 128 lanes), got {tile.block_M}")
@@ -414,7 +413,8 @@ def blockscaled_sm100_kernel(M: int, N: int, K: int, tile: Tile):
     """
     import tilelang.language as T
 
-    _check_sm100_tile(K, tile)
+    _require_shape(M, N, K, "blockscaled_sm100")
+    _check_sm100_tile(tile)
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
     kw = K // PROMOTION_K
     M128, N128 = _round_up(M, UTCCP_ROWS), _round_up(N, UTCCP_ROWS)

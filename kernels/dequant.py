@@ -5,7 +5,8 @@ byte along K (element 2i in the low nibble, 2i+1 in the high nibble, as the seed
 as int8 of shape (N, K/2). Scales (and zero points) are stored group-major, shape (K/group, N), so
 that one K block's scales for a tile of weight rows are one contiguous TMA box.
 
-Formats (``dequantize`` gives the exact real value code·scale in float64):
+Formats (``dequantize`` gives the exact real value code·scale in float64; every bf16 scale is at least
+bf16's smallest normal, 1 for an all-zero group: ``kernels.scales.amax_scale``):
 - ``w4_int4_sym_g128``: q in [-8,7] (two's complement nibbles), bf16 scale = amax/7 per 128 K.
 - ``w4_uint4_zp_g128``: codes c in [0,15], bf16 scale = (max-min)/15 and bf16 zero point
   z = round(-min/scale) per 128 K (min/max include 0, so z is an integer code); value (c - z)·scale.
@@ -40,6 +41,7 @@ import torch
 
 from kernels.int4 import pack_int4, unpack_int4
 from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.scales import amax_scale, check_operand, mx_exponent
 from kernels.tiles import Tile
 
 
@@ -65,6 +67,8 @@ E2M1_EMAX = 2  # exponent of the largest e2m1 normal (6 = 1.5·2^2), OCP MX's em
 _E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 E8M0_BIAS = 127
 E8M0_NAN = 255
+# the kernel decodes an E8M0 scale to bf16 bits: 2^-126, bf16's smallest normal, is the smallest scale made
+MX_MIN_EXPONENT = -126
 
 _QUANT_ROWS = 1024  # quantize the weight in row chunks to bound the temporaries' memory
 
@@ -128,39 +132,43 @@ W4_FORMATS = {
 
 
 def _check_weight(B: torch.Tensor, fmt: W4Format) -> None:
-    if B.ndim != 2 or not B.is_floating_point():
-        raise TypeError(f"{fmt.name}: the weight must be a 2-D floating-point tensor, got {B.dtype} {tuple(B.shape)}")
+    if not isinstance(B, torch.Tensor) or B.ndim != 2 or not B.is_floating_point():
+        raise TypeError(f"{fmt.name}: the weight must be a 2-D floating-point tensor, got "
+                        f"{getattr(B, 'dtype', type(B).__name__)} {tuple(getattr(B, 'shape', ()))}")
+    check_operand(B, fmt.name, "B (the weight)")
     if B.shape[1] % fmt.group:
         raise ValueError(f"{fmt.name}: K={B.shape[1]} must be a multiple of the group size {fmt.group}")
-    if not bool(torch.isfinite(B).all()):
-        raise ValueError(f"{fmt.name}: the weight contains NaN or Inf")
+
+
+def _check_activation(A: torch.Tensor, fmt: W4Format) -> None:
+    # A is only rounded to bf16, but a NaN/Inf there would pass silently into every output row
+    if not isinstance(A, torch.Tensor) or A.ndim != 2:
+        raise TypeError(f"{fmt.name}: the activation A must be a 2-D tensor, got {tuple(getattr(A, 'shape', ()))}")
+    check_operand(A, fmt.name, "A (the activation)")
 
 
 def _quantize_rows(Bg: torch.Tensor, fmt: W4Format) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One chunk of rows viewed as (rows, K/g, g) float32 -> (codes (rows, K), scales, zeros) per group."""
     rows, ngroups, g = Bg.shape
+    # bf16 scales come from scales.amax_scale: never below bf16's smallest normal (a subnormal group
+    # amax cannot round to a zero or subnormal scale), 1 for an all-zero group (any scale works)
     zeros = None
     if fmt.codes == "int4":
-        scale = (Bg.abs().amax(-1) / 7).to(torch.bfloat16)
-        scale = torch.where(scale == 0, torch.ones_like(scale), scale)  # an all-zero group: any scale works
+        scale = amax_scale(Bg.abs().amax(-1), 7, torch.bfloat16)
         codes = torch.round(Bg / scale.float()[..., None]).clamp(-8, 7)
     elif fmt.codes == "uint4_zp":
         lo = Bg.amin(-1).clamp(max=0)
         hi = Bg.amax(-1).clamp(min=0)
-        scale = ((hi - lo) / 15).to(torch.bfloat16)
-        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+        scale = amax_scale(hi - lo, 15, torch.bfloat16)  # the range (max - min) onto the 15 code steps
         zero = torch.round(-lo / scale.float()).clamp(0, 15)
         codes = (torch.round(Bg / scale.float()[..., None]) + zero[..., None]).clamp(0, 15)
         zeros = zero.to(torch.bfloat16)  # small integers: exact
     elif fmt.scale == "bf16":  # e2m1 with a bf16 scale
-        scale = (Bg.abs().amax(-1) / E2M1_MAX).to(torch.bfloat16)
-        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+        scale = amax_scale(Bg.abs().amax(-1), E2M1_MAX, torch.bfloat16)
         codes = e2m1_encode(Bg / scale.float()[..., None])
     else:  # OCP MX: power-of-two scale 2^(floor(log2 amax) - emax_elem)
-        amax = Bg.abs().amax(-1)
-        _, ex = torch.frexp(amax)  # amax = m·2^ex, m in [0.5, 1): floor(log2 amax) = ex - 1, exactly
-        e = torch.where(amax > 0, ex - 1 - E2M1_EMAX + E8M0_BIAS, torch.full_like(ex, E8M0_BIAS))
-        e = e.clamp(1, 254)  # 0 (a subnormal bf16 scale) and 255 (NaN) are never produced
+        # codes 1..254 only: 0 (a subnormal bf16 scale in the kernel's decode) and 255 (NaN) are never made
+        e = mx_exponent(Bg.abs().amax(-1), E2M1_EMAX, MX_MIN_EXPONENT) + E8M0_BIAS
         scale = e.to(torch.uint8)
         codes = e2m1_encode(Bg / e8m0_decode(e)[..., None])
     return codes.reshape(rows, ngroups * g), scale, zeros
@@ -187,6 +195,7 @@ def quantize_weight(B: torch.Tensor, fmt: W4Format) -> Operands:
 
 
 def _quantize(A: torch.Tensor, B: torch.Tensor, fmt: W4Format) -> Operands:
+    _check_activation(A, fmt)
     return {"A": A.to(torch.bfloat16).contiguous(), **quantize_weight(B, fmt)}
 
 

@@ -16,6 +16,7 @@ from functools import partial
 import torch
 
 from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.scales import amax_scale, check_operand
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
 
@@ -25,28 +26,26 @@ FP8 = {
 }
 
 
-def quantize_fp8(x: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-tensor fp8 quantization: scale = amax / fp8_max; values clamped before the cast.
+def quantize_fp8(x: torch.Tensor, kind: str, *, operand: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor fp8 quantization: scale = amax / fp8_max (``scales.amax_scale``: never below fp32's
+    smallest normal, 1 for an all-zero tensor); values clamped before the cast.
 
     torch's fp8 casts do not saturate (out-of-range values become NaN/Inf), hence the clamp.
     Returns (q, scale) with ``q.float() * scale ≈ x`` and scale a float32 tensor of shape (1,).
+    ``operand`` (e.g. "A") names the tensor in error messages.
     """
     if kind not in FP8:
         raise ValueError(f"unknown fp8 kind {kind!r}; expected one of {sorted(FP8)}")
-    if not x.is_floating_point():
-        raise TypeError(f"quantize_fp8 expects a floating-point tensor, got {x.dtype}")
+    check_operand(x, "quantize_fp8", operand)
     torch_dtype, _, fmax = FP8[kind]
-    amax = x.abs().max().float()
-    if not torch.isfinite(amax):
-        raise ValueError("quantize_fp8: input contains NaN or Inf")
-    scale = (amax / fmax) if amax > 0 else torch.tensor(1.0)
+    scale = amax_scale(x.abs().max(), fmax, torch.float32)
     q = (x.float() / scale).clamp(-fmax, fmax).to(torch_dtype)
-    return q, scale.reshape(1).to(torch.float32)
+    return q, scale.reshape(1)
 
 
 def _quantize_pair(A: torch.Tensor, B: torch.Tensor, kind: str) -> Operands:
-    a, sa = quantize_fp8(A, kind)
-    b, sb = quantize_fp8(B, kind)
+    a, sa = quantize_fp8(A, kind, operand="A")
+    b, sb = quantize_fp8(B, kind, operand="B")
     return {"A": a, "B": b, "scale_a": sa, "scale_b": sb}
 
 

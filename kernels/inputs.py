@@ -1,39 +1,198 @@
-"""Deterministic input matrices and their storage with content hashes."""
+"""Deterministic input matrices and their storage with content hashes.
+
+The matrices are bit-identical on every machine: each element is a pure function of a key (from
+sha256 of the seed, distribution, shape and operand name) and its row-major index, computed with
+integer arithmetic on uint64 (SplitMix64) and, for the floating-point part, only float64 +, -, *, /
+and sqrt, which IEEE 754 rounds correctly (hence identically on every CPU, SIMD or not), plus exact
+operations (comparisons, selects, frexp). No libm function (log, exp, erf: not correctly rounded,
+so they differ between builds), no torch random generator, no float32 arithmetic: one float64 ->
+float32 rounding at the end. The work is split into chunks run on a thread pool; the values do not
+depend on the chunk size or the number of threads.
+"""
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import re
+import shlex
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from kernels.registry import Operands
 
+# elements per task and worker threads: they change the speed, never a value. Per chunk each numpy call
+# holds the GIL for a moment: 2^19 keeps 16 threads busy (2^16 was 4x slower there) and is near the best on 2
+CHUNK = 1 << 19
+THREADS = os.cpu_count() or 1
 
-def _generator(seed: int, *key: object) -> torch.Generator:
-    # a stable per-(dist, shape, operand) seed: Python's hash() is salted per process
-    digest = hashlib.sha256(repr((seed, *key)).encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+# ---------------------------------------------------------------- counter-based uniform variates
 
-
-def _normal(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
-    return torch.randn(rows, cols, generator=gen, dtype=torch.float32)
-
-
-def _student_t3(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
-    # Student's t with 3 degrees of freedom: Z / sqrt(chi2_3 / 3); heavy tails stress per-tensor scales
-    z = torch.randn(rows, cols, generator=gen, dtype=torch.float32)
-    chi2 = sum(torch.randn(rows, cols, generator=gen, dtype=torch.float32) ** 2 for _ in range(3))
-    return z / torch.sqrt(chi2 / 3)
+# SplitMix64 (Steele, Lea, Flood 2014): element i of a stream with key k is mix(k + (i + 1) * gamma);
+# uint64 array arithmetic in numpy wraps modulo 2**64
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S12, _S27, _S30, _S31 = (np.uint64(s) for s in (12, 27, 30, 31))
+_TWO_M52 = float.fromhex("0x1p-52")
 
 
-DISTRIBUTIONS = {"normal": _normal, "student_t3": _student_t3}
+def _stream_keys(streams: int, seed: int, dist: str, rows: int, cols: int, name: str) -> list[np.uint64]:
+    # a stable per-(dist, shape, operand) key (Python's hash() is salted per process), one per stream
+    base = hashlib.sha256(repr((seed, dist, rows, cols, name)).encode()).digest()
+    return [np.uint64(int.from_bytes(hashlib.sha256(base + s.to_bytes(4, "little")).digest()[:8], "little"))
+            for s in range(streams)]
+
+
+def _bits(key: np.uint64, lo: int, hi: int) -> np.ndarray:
+    """64 random bits for each element index in [lo, hi) of the stream ``key``."""
+    z = np.arange(lo + 1, hi + 1, dtype=np.uint64)
+    z *= _GAMMA
+    z += key
+    z ^= z >> _S30
+    z *= _MIX1
+    z ^= z >> _S27
+    z *= _MIX2
+    z ^= z >> _S31
+    return z
+
+
+def _uniform(bits: np.ndarray) -> np.ndarray:
+    """Uniform on the open interval (0, 1): (top 52 bits + 1/2) * 2**-52, exact in float64."""
+    u = (bits >> _S12).view(np.int64).astype(np.float64)  # < 2**52: exact
+    u += 0.5
+    u *= _TWO_M52
+    return u
+
+
+# ---------------------------------------------------------------- float64 functions from + - * / sqrt
+
+def _horner(coeffs: tuple[float, ...], x: np.ndarray) -> np.ndarray:
+    """c[0] x^n + ... + c[n] (highest power first), one rounded multiply and add per step."""
+    acc = x * coeffs[0]
+    acc += coeffs[1]
+    for c in coeffs[2:]:
+        acc *= x
+        acc += c
+    return acc
+
+
+_LN2 = 0.6931471805599453  # the float64 nearest ln 2
+_SQRT_HALF = 0.7071067811865476
+# 2 atanh(s) = 2 s (1 + s^2/3 + s^4/5 + ...); |s| <= 0.1716 so the term in s^22 is below 1e-18
+_ATANH = tuple(1.0 / (2 * k + 1) for k in reversed(range(11)))
+
+
+def _ln(x: np.ndarray) -> np.ndarray:
+    """Natural log of positive normal float64 values, relative error a few 1e-16."""
+    m, e = np.frexp(x)  # x = m 2^e exactly, m in [0.5, 1)
+    low = m < _SQRT_HALF
+    m = np.where(low, m + m, m)  # now in [sqrt(1/2), sqrt(2))
+    e = (e - low).astype(np.float64)
+    s = (m - 1.0) / (m + 1.0)  # ln m = 2 atanh(s)
+    out = _horner(_ATANH, s * s)
+    out *= s + s
+    e *= _LN2
+    out += e
+    return out
+
+
+# Wichura, "The percentage points of the normal distribution", Algorithm AS 241 (PPND16),
+# Applied Statistics 37 (1988) 477-484: relative accuracy about 1e-16 for min(p, 1-p) > 1e-300.
+_A = (2.5090809287301226727e3, 3.3430575583588128105e4, 6.7265770927008700853e4, 4.5921953931549871457e4,
+      1.3731693765509461125e4, 1.9715909503065514427e3, 1.3314166789178437745e2, 3.3871328727963666080e0)
+_B = (5.2264952788528545610e3, 2.8729085735721942674e4, 3.9307895800092710610e4, 2.1213794301586595867e4,
+      5.3941960214247511077e3, 6.8718700749205790830e2, 4.2313330701600911252e1, 1.0)
+_C = (7.74545014278341407640e-4, 2.27238449892691845833e-2, 2.41780725177450611770e-1, 1.27045825245236838258e0,
+      3.64784832476320460504e0, 5.76949722146069140550e0, 4.63033784615654529590e0, 1.42343711074968357734e0)
+_D = (1.05075007164441684324e-9, 5.47593808499534494600e-4, 1.51986665636164571966e-2, 1.48103976427480074590e-1,
+      6.89767334985100004550e-1, 1.67638483018380384940e0, 2.05319162663775882187e0, 1.0)
+_E = (2.01033439929228813265e-7, 2.71155556874348757815e-5, 1.24266094738807843860e-3, 2.65321895265761230930e-2,
+      2.96560571828504891230e-1, 1.78482653991729133580e0, 5.46378491116411436990e0, 6.65790464350110377720e0)
+_F = (2.04426310338993978564e-15, 1.42151175831644588870e-7, 1.84631831751005468180e-5, 7.86869131145613259100e-4,
+      1.48753612908506148525e-2, 1.36929880922735805310e-1, 5.99832206555887937690e-1, 1.0)
+
+
+def normal_quantile(p: np.ndarray) -> np.ndarray:
+    """The N(0,1) inverse CDF of float64 ``p`` in the open interval (0, 1), bit-reproducible."""
+    p = np.asarray(p, dtype=np.float64)
+    q = p - 0.5
+    r = 0.180625 - q * q
+    z = _horner(_A, r)
+    z *= q
+    z /= _horner(_B, r)
+    (tail,) = np.nonzero(np.abs(q) > 0.425)
+    if tail.size:
+        pt, neg = p[tail], q[tail] < 0.0
+        s = np.sqrt(-_ln(np.where(neg, pt, 1.0 - pt)))  # 1 - pt is exact here
+        t = s - 1.6
+        zt = _horner(_C, t)
+        zt /= _horner(_D, t)
+        (far,) = np.nonzero(s > 5.0)  # min(p, 1-p) < 1.4e-11
+        if far.size:
+            t = s[far] - 5.0
+            zt[far] = _horner(_E, t) / _horner(_F, t)
+        z[tail] = np.where(neg, -zt, zt)
+    return z
+
+
+# ---------------------------------------------------------------- distributions
+
+class Distribution(NamedTuple):
+    streams: int  # independent variates per element
+    sample: Callable[[list[np.uint64], int, int], np.ndarray]  # (stream keys, lo, hi) -> float64 [hi - lo]
+
+
+def _normal(keys: list[np.uint64], lo: int, hi: int) -> np.ndarray:
+    return normal_quantile(_uniform(_bits(keys[0], lo, hi)))
+
+
+def _student_t3(keys: list[np.uint64], lo: int, hi: int) -> np.ndarray:
+    # Student's t with 3 degrees of freedom: Z0 / sqrt((Z1^2 + Z2^2 + Z3^2) / 3); heavy tails stress
+    # per-tensor scales. |Z0| >= 2.8e-16 and the root <= 8.3, so no float32 subnormal (no FTZ effect).
+    chi2 = None
+    for key in keys[1:]:
+        z = _normal([key], lo, hi)
+        z *= z
+        chi2 = z if chi2 is None else np.add(chi2, z, out=chi2)
+    chi2 /= 3.0
+    out = _normal(keys[:1], lo, hi)
+    out /= np.sqrt(chi2, out=chi2)
+    return out
+
+
+DISTRIBUTIONS = {"normal": Distribution(1, _normal), "student_t3": Distribution(4, _student_t3)}
 
 
 def make_matrix(dist: str, rows: int, cols: int, seed: int, name: str) -> torch.Tensor:
-    """A (rows, cols) float32 matrix drawn from ``dist``, a pure function of its arguments."""
+    """A (rows, cols) float32 matrix drawn from ``dist``, a pure function of its arguments (on any machine)."""
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}")
-    return DISTRIBUTIONS[dist](rows, cols, _generator(seed, dist, rows, cols, name))
+    d = DISTRIBUTIONS[dist]
+    keys = _stream_keys(d.streams, seed, dist, rows, cols, name)
+    n, chunk = rows * cols, CHUNK
+    out = np.empty(n, dtype=np.float32)
+
+    def fill(lo: int) -> None:
+        hi = min(lo + chunk, n)
+        np.copyto(out[lo:hi], d.sample(keys, lo, hi), casting="same_kind")  # round to nearest float32
+
+    starts = range(0, n, chunk)
+    workers = max(1, min(THREADS, len(starts)))
+    if workers == 1:
+        for lo in starts:
+            fill(lo)
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            for _ in pool.map(fill, starts):  # re-raises a worker's exception
+                pass
+    return torch.from_numpy(out).reshape(rows, cols)
 
 
 def make_operands(dist: str, M: int, N: int, K: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,9 +200,11 @@ def make_operands(dist: str, M: int, N: int, K: int, seed: int) -> tuple[torch.T
     return make_matrix(dist, M, K, seed, f"A{M}"), make_matrix(dist, N, K, seed, "B")
 
 
+# ---------------------------------------------------------------- hashes and storage
+
 def tensor_sha256(t: torch.Tensor) -> str:
     data = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
-    return hashlib.sha256(data.numpy().tobytes()).hexdigest()
+    return hashlib.sha256(data.numpy()).hexdigest()  # hashes the buffer in place, no copy
 
 
 def manifest(ops: Operands) -> dict:
@@ -51,19 +212,86 @@ def manifest(ops: Operands) -> dict:
             for k, v in ops.items()}
 
 
-def save_operands(ops: Operands, path: Path) -> dict:
-    """Write tensors to ``path`` (torch.save); returns the manifest of shapes, dtypes and sha256."""
+def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
+    """sha256 of a file's bytes, read in blocks (record it next to a manifest; see load_operands)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while data := f.read(block):
+            h.update(data)
+    return h.hexdigest()
+
+
+class CorruptInput(ValueError):
+    """An input file that is missing, unreadable or not the one recorded; the message names the file,
+    says what is wrong and how to rebuild it."""
+
+
+def _corrupt(path: Path, what: str) -> CorruptInput:
+    return CorruptInput(f"{path}: {what}; rebuild it with: snakemake -f {shlex.quote(str(path))}")
+
+
+def _compact(t: torch.Tensor) -> torch.Tensor:
+    # torch.save writes a tensor's whole storage: copy views so a file holds only its tensors
+    t = t.detach().cpu().contiguous()
+    if t.storage_offset() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
+        t = t.clone()
+    return t
+
+
+def save_operands(ops: Operands, path: str | os.PathLike) -> dict:
+    """Write tensors to ``path`` atomically (a unique temp file in the same directory, then os.replace:
+    a reader sees the old file or the new one, never a part); returns the manifest of shapes, dtypes, sha256."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({k: v.contiguous() for k, v in ops.items()}, path)
-    return manifest(ops)
+    tensors = {k: _compact(v) for k, v in ops.items()}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(tensors, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return manifest(tensors)
 
 
-def load_operands(path: Path, expected: dict | None = None) -> Operands:
-    """Load tensors; with ``expected`` (a manifest) verify every hash so a run proves its inputs."""
-    ops = torch.load(path, weights_only=True)
+def _first_line(e: BaseException) -> str:
+    # the first line of torch's message, except that a damaged pickle shows up as a "Weights only load
+    # failed ... re-run with weights_only=False" essay whose one telling line names the garbled global
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", s).strip() for s in str(e).splitlines()]
+    lines = [s for s in lines if s]
+    line = next((s for s in lines if s.startswith("WeightsUnpickler error:")), lines[0] if lines else "")
+    return f"{type(e).__name__}: {line}"[:300].rstrip(": ")
+
+
+def load_operands(path: str | os.PathLike, expected: dict | None = None,
+                  expected_file_sha256: str | None = None) -> Operands:
+    """Load tensors saved by save_operands. With ``expected`` (a manifest) verify every tensor's sha256, with
+    ``expected_file_sha256`` (file_sha256 at build time) the file's bytes, so a run proves its inputs.
+    Raises CorruptInput for a missing, damaged or mismatching file. Zip-format files are memory-mapped."""
+    path = Path(path)
+    if not path.is_file():
+        raise _corrupt(path, "input file is missing")
+    if expected_file_sha256 is not None:
+        got = file_sha256(path)
+        if got != expected_file_sha256:
+            raise _corrupt(path, f"file sha256 {got} does not match the recorded {expected_file_sha256} "
+                                 "(damaged or replaced since it was written)")
+    try:
+        with open(path, "rb") as f:
+            zipped = f.read(4) == b"PK\x03\x04"  # torch.load can mmap only the zip format
+        ops = torch.load(path, weights_only=True, mmap=zipped)
+    except Exception as e:  # a damaged zip can fail anywhere, often with a misleading weights_only message
+        raise _corrupt(path, f"unreadable: {_first_line(e)}") from e
+    if not isinstance(ops, dict) or not all(isinstance(v, torch.Tensor) for v in ops.values()):
+        raise _corrupt(path, f"unreadable: holds a {type(ops).__name__}, not a dict of tensors")
     if expected is not None:
         got = manifest(ops)
         bad = [k for k in expected if got.get(k, {}).get("sha256") != expected[k]["sha256"]]
         if bad:
-            raise ValueError(f"{path}: tensors {bad} do not match their recorded sha256; rebuild the inputs")
+            raise _corrupt(path, f"tensors {bad} do not match their recorded sha256")
     return ops

@@ -29,6 +29,7 @@ from functools import partial
 import torch
 
 from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
+from kernels.scales import amax_scale, check_operand
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
 
@@ -85,32 +86,28 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-def quantize_int4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_int4(x: torch.Tensor, *, operand: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-tensor int4: scale = amax / 7, q = clamp(round(x / scale), -8, 7).
 
-    Rounding is torch.round (to nearest, ties to even). Returns (q int8, scale float32 of shape (1,)).
+    The scale comes from ``scales.amax_scale`` (never below fp32's smallest normal, 1 for an all-zero
+    tensor). Rounding is torch.round (to nearest, ties to even). Returns (q int8, scale float32 of shape
+    (1,)). ``operand`` (e.g. "A") names the tensor in error messages.
     """
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(f"quantize_int4 expects a floating-point tensor, got {getattr(x, 'dtype', type(x))}")
-    if x.numel() == 0:
-        raise ValueError("quantize_int4: empty tensor has no scale")
-    amax = x.abs().max().float()
-    if not torch.isfinite(amax):
-        raise ValueError("quantize_int4: input contains NaN or Inf")
-    scale = (amax / INT4_MAX) if amax > 0 else torch.tensor(1.0)
+    check_operand(x, "quantize_int4", operand)
+    scale = amax_scale(x.abs().max(), INT4_MAX, torch.float32)
     q = torch.round(x.float() / scale).clamp(INT4_MIN, INT4_MAX).to(torch.int8)
-    return q, scale.reshape(1).to(torch.float32)
+    return q, scale.reshape(1)
 
 
 def _quantize_packed(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    qa, sa = quantize_int4(A)
-    qb, sb = quantize_int4(B)
+    qa, sa = quantize_int4(A, operand="A")
+    qb, sb = quantize_int4(B, operand="B")
     return {"A_packed": pack_int4(qa), "B_packed": pack_int4(qb), "scale_a": sa, "scale_b": sb}
 
 
 def _quantize_unpacked(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    qa, sa = quantize_int4(A)
-    qb, sb = quantize_int4(B)
+    qa, sa = quantize_int4(A, operand="A")
+    qb, sb = quantize_int4(B, operand="B")
     return {"A": qa, "B": qb, "scale_a": sa, "scale_b": sb}
 
 

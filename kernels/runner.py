@@ -3,7 +3,7 @@
 On a GPU host every configured tile of a TileLang variant (or the library call of a baseline) is
 compiled or loaded from cache, checked against float64 references and, if within tolerance, timed.
 On a CPU-only host the variant's arithmetic is emulated in torch for its error metrics; nothing is
-timed.
+timed. On both, a shape the variant's ``shape_limit`` refuses is recorded as unsupported, not run.
 """
 from __future__ import annotations
 
@@ -58,6 +58,16 @@ def measure_output(variant: Variant, out: torch.Tensor, ops: Operands, refs: Ref
 
 
 def run_emulated(variant: Variant, A: torch.Tensor, B: torch.Tensor, ops: Operands, tolerance: dict) -> list[dict]:
+    """One ``emulated`` row: the variant's arithmetic on the CPU, judged like a GPU result.
+
+    A shape the variant declares it cannot run (``Variant.shape_limit``, e.g. the block-scaled kernels'
+    K % 128 rule, a library's alignment rule) is recorded as unsupported with the reason, as ``run_gpu``
+    records every candidate, and is not emulated: numerics of a GEMM that cannot run are no result.
+    """
+    M, K = A.shape
+    N = B.shape[0]
+    if variant.shape_limit is not None and (limit := variant.shape_limit(M, N, K)):
+        return [{"tile": EMULATED, "status": "unsupported", "reason": limit}]
     refs = References(A, B, ops, variant.input_format, "cpu")
     m = measure_output(variant, variant.emulate(ops), ops, refs)
     reasons = judge(m, tolerance)

@@ -42,6 +42,17 @@ def test_default_config_dry_run_plans_every_stage():
     (lambda c: c.update(run_on=["b200"]), "platforms.b200.arch: sm_100a is not one of targets ['sm_90a']"),
     (lambda c: (c.update(run_on=["h100"]), c["platforms"]["h100"]["peak"].pop("fp8")),
      "platforms.h100.peak.fp8: missing, and variants.fp8_e4m3 is bounded by it"),
+    # strict types: 1.0 would seed other inputs than 1; NaN or Inf compares false with every bound
+    (lambda c: c.update(seed=1.0), "seed: 1.0 is not an integer (write 1)"),
+    (lambda c: c["variants"]["fp8_e4m3"]["tolerance"].update(total_rel_fro=float("nan")),
+     "variants.fp8_e4m3.tolerance.total_rel_fro: nan is not a finite number"),
+    (lambda c: c["platforms"]["h100"].update(hbm_TBps=float("inf")), "platforms.h100.hbm_TBps: inf is not a finite number"),
+    (lambda c: c["timing"].update(reps=True), "timing.reps: True is not of type 'integer'"),
+    (lambda c: c.update(targets=["sm_90a", "sm_999"]), "targets.1: 'sm_999' is not one of"),
+    (lambda c: c["platforms"]["h100"].update(arch="sm_91a"), "platforms.h100.arch: 'sm_91a' is not one of"),
+    # the compile check's shapes are checked like every sweep
+    (lambda c: (c["variants"].update(int4_mma={"tiles": {"default": ["m64n64k64_s2_t128"]}, "tolerance": {}}),
+                c["sweeps"].update(cpu_compile=["64x64x127"])), "sweeps.cpu_compile: shape 64x64x127 does not fit int4_mma"),
 ])
 def test_config_errors_name_the_bad_key(tmp_path, edit, key):
     cfg = tiny_config()
@@ -127,7 +138,8 @@ def test_tiny_cpu_run_then_rerun_one_variant(tiny_workflow):
     assert "Not run on a GPU" in report and "fp8_e4m3" in report
     assert (res / "cpu/figures/accuracy.png").stat().st_size > 0
     manifest = json.loads((res / "inputs/normal/64x128x128/manifest.json").read_text())
-    assert len(manifest["fp32"]["A"]["sha256"]) == 64
+    assert len(manifest["fp32"]["tensors"]["A"]["sha256"]) == 64 and len(manifest["fp32"]["file_sha256"]) == 64
+    assert sorted(manifest["formats"]) == sorted(p.stem for p in (res / "inputs/normal/64x128x128/formats").glob("*.pt"))
 
     # a second run has nothing to do: kernels come from the project-local TileLang cache
     assert "Nothing to be done" in snakemake(wf, "-n").stdout + snakemake(wf, "-n").stderr

@@ -1,5 +1,7 @@
 # Helpers shared by every stage: config validation, platforms, output enumeration. Everything a job
 # needs is a function of the config and its wildcards; only run_on's `auto` looks at the planning host.
+import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -19,15 +21,85 @@ from kernels.tiles import parse_shape, parse_tile  # noqa: E402
 load_all()
 
 
+def _strict_types():
+    """JSON Schema counts 1.0 as an integer and NaN or Inf as numbers; here an integer is an int (so
+    `seed: 1.0`, which would seed other inputs than `seed: 1`, is refused) and a number is finite."""
+    def integer(_, x):
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    def number(_, x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine_many({"integer": integer, "number": number})
+    return jsonschema.validators.extend(base, type_checker=checker)
+
+
+def check_overrides(overrides, where=()):
+    """An override (--configfile, --config) merges into config.yaml key by key, so an empty mapping in it
+    changes nothing: refuse it instead of silently running the default."""
+    for key, value in overrides.items():
+        path = (*where, str(key))
+        if isinstance(value, dict):
+            if not value:
+                raise WorkflowError(f"invalid config:\n  {'.'.join(path)}: an empty mapping in an override "
+                                    "(--configfile/--config) merges into config.yaml and changes nothing; to drop "
+                                    "a variant, set it to null (variants: {fp8_e5m2: null})")
+            check_overrides(value, path)
+
+
+def drop_nulled_variants(cfg):
+    """`variants: {name: null}` in an override removes that entry (a merge cannot delete keys)."""
+    if isinstance(cfg.get("variants"), dict):
+        cfg["variants"] = {k: v for k, v in cfg["variants"].items() if v is not None}
+
+
+def nvcc_archs():
+    """The real archs (sm_XX) of the nvcc on PATH, None without one (the schema's list then rules)."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    try:
+        out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return nvcc, set(out.split()) or None
+
+
+def check_targets(cfg):
+    found = nvcc_archs()
+    if not found or not found[1]:
+        return
+    nvcc, archs = found
+    for i, target in enumerate(cfg["targets"]):
+        if target.removesuffix("a") not in archs:
+            raise WorkflowError(f"invalid config:\n  targets.{i}: {target} is not an arch of {nvcc} "
+                                f"(--list-gpu-code: {', '.join(sorted(archs))})")
+
+
+def _schema_message(error):
+    if error.validator == "type" and isinstance(error.instance, float):
+        if error.validator_value == "integer" and error.instance.is_integer():
+            return f"{error.instance!r} is not an integer (write {int(error.instance)})"
+        if not math.isfinite(error.instance):
+            return f"{error.instance!r} is not a finite number"
+    return error.message
+
+
 def validate_config(cfg):
     """Schema first, then what a schema cannot know; every message names the offending key."""
     from kernels.registry import unchecked_targets
 
+    check_overrides(workflow.config_settings.overwrite_config or {})
+    drop_nulled_variants(cfg)
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    validator = _strict_types()(schema, format_checker=jsonschema.FormatChecker())
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.path))
     if errors:
-        lines = [f"  {'.'.join(str(p) for p in e.path) or '(top level)'}: {e.message}" for e in errors]
+        lines = [f"  {'.'.join(str(p) for p in e.path) or '(top level)'}: {_schema_message(e)}" for e in errors]
         raise WorkflowError("invalid config:\n" + "\n".join(lines))
     for name, vcfg in cfg["variants"].items():
         impl = vcfg.get("uses", name)
@@ -53,6 +125,7 @@ def validate_config(cfg):
             raise WorkflowError(f"invalid config:\n  variants.{name}: target {target} has no instruction check "
                                 f"({factory.__module__.replace('.', '/')}.py Variant.instructions) and no declared "
                                 "unsupported reason")
+    check_targets(cfg)
     check_shapes_fit_formats(cfg)
     cfg.setdefault("tilelang_cache", ".cache/tilelang")
 
@@ -64,8 +137,11 @@ def check_shapes_fit_formats(cfg):
 
     verdict = {}
     for name, vcfg in cfg["variants"].items():
-        fmt = VARIANTS[vcfg.get("uses", name)].input_format
-        for kind in ("cpu", "gpu"):
+        variant = VARIANTS[vcfg.get("uses", name)]
+        fmt = variant.input_format
+        # the compile check builds every TileLang kernel at the cpu_compile shapes too
+        kinds = ("cpu", "gpu", "cpu_compile") if variant.kernel is not None else ("cpu", "gpu")
+        for kind in kinds:
             own = vcfg.get("shapes", {}).get(kind)
             for shape in own or cfg["sweeps"][kind]:
                 K = parse_shape(shape)[2]
@@ -186,7 +262,8 @@ wildcard_constraints:
     family="[a-z0-9]+",
     target="sm_[0-9]+a?",
     dist="[a-z0-9_]+",
-    shape="[0-9]+x[0-9]+x[0-9]+",
+    # canonical positive integers only: 0x64x128 or 064x64x128 match no rule
+    shape="[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*",
     tile="[a-z0-9_]+",
 
 
@@ -265,11 +342,28 @@ def script_code(script):
     return import_closure(list(FAMILY_MODULES), REPO, [f"workflow/scripts/{script}"])
 
 
-def format_code(shape):
-    """Code inputs of the inputs job of a shape: the formats it writes."""
+def format_code(formats):
+    """Code inputs of an inputs job: the modules of the formats it writes."""
     modules, scripts = STAGE_CODE["inputs"]
-    own = set().union(*(_format_modules(f) for f in input_formats(shape)))
+    own = set().union(*(_format_modules(f) for f in formats))
     return import_closure(sorted(own | set(modules)), REPO, scripts)
+
+
+def input_sets():
+    """{name: (formats, shapes)}, one build_inputs_<name> each: the shapes of every sweep grouped by the formats they need. The
+    suffix names the families of those formats' variants (a number is added should two sets share it)."""
+    shapes = [s for v in RUN_VARIANTS for k in ("cpu", "gpu") for s in variant_shapes(v, k)]
+    groups = {}
+    for shape in dict.fromkeys(shapes):
+        groups.setdefault(tuple(input_formats(shape)), []).append(shape)
+    sets = {}
+    for formats, members in groups.items():
+        name = "_".join(sorted({impl(v).family for v in RUN_VARIANTS if impl(v).input_format in formats}))
+        unique, n = name, 2
+        while unique in sets:
+            unique, n = f"{name}_{n}", n + 1
+        sets[unique] = (formats, members)
+    return sets
 
 
 def run_outputs(platform, entries=None):
@@ -286,8 +380,9 @@ def run_inputs(variant, kind):
     its own arch's kernels compiled at those shapes (nothing of any other target)."""
     def inputs(wc):
         shapes = variant_shapes(variant, kind)
+        fmt = impl(variant).input_format
         files = {"fp32": [f"results/inputs/{wc.dist}/{s}/fp32.pt" for s in shapes],
-                 "formats": [f"results/inputs/{wc.dist}/{s}/formats" for s in shapes],
+                 "formats": [f"results/inputs/{wc.dist}/{s}/formats/{fmt}.pt" for s in shapes],
                  "manifest": [f"results/inputs/{wc.dist}/{s}/manifest.json" for s in shapes],
                  "code": variant_code(variant, "run")}
         arch = run_arch(wc.platform)
@@ -338,6 +433,7 @@ for _p in RUN_ON:
     run_arch(_p)  # a planned platform must be complete before anything runs
 
 
+INPUT_SETS = input_sets()
 FAMILIES = sorted({impl(v).family for v in RUN_VARIANTS} - {"baseline"})
 
 
@@ -365,3 +461,26 @@ def published_points(platform):
         raise WorkflowError(f"results/published/{platform}/points: no published points; publish a family first, "
                             f"e.g. snakemake results/published/{platform}/points/{FAMILIES[0]}")
     return points
+
+
+def report_failures(limit=40):
+    """After a run (onsuccess and onerror): every failed row of the planned platforms' results, with the
+    log that holds its traceback, on the console; the failed jobs' logs are shown by Snakemake itself
+    (show-failed-logs in the profiles)."""
+    lines = []
+    for platform in RUN_ON:
+        for f in run_outputs(platform):
+            if not os.path.exists(f):
+                continue
+            try:
+                d = json.loads(Path(f).read_text())
+                bad = [(r.get("tile"), r.get("reason")) for r in d["rows"] if r.get("status") == "failed"]
+                log = d["point"].get("log", "")
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                bad, log = [("?", f"unreadable result ({type(e).__name__}); recompute it: snakemake -f {f}")], ""
+            lines += [f"  {f} [{tile}]: {reason}" + (f"\n      log: {log}" if log else "") for tile, reason in bad]
+    if lines:
+        print(f"lpgemm: {len(lines)} failed row(s):", *lines[:limit], file=sys.stderr, sep="\n")
+        if len(lines) > limit:
+            print(f"  ... and {len(lines) - limit} more (status == failed in results/<platform>/tidy.csv)",
+                  file=sys.stderr)

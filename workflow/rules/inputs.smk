@@ -1,20 +1,29 @@
 # Stage 1: deterministic inputs. One job per (distribution, shape) writes the unquantized float32
-# operands and every format the configured variants need, each with a sha256 manifest.
+# operands and every format the configured variants need at that shape, each a file of its own with
+# its sha256 in the manifest (so the scheduler sees each file, and a run job proves what it read).
+# Shapes needing the same formats share a rule (the outputs of a rule are fixed): build_inputs_<the
+# families whose formats it writes>, e.g. build_inputs_blockscaled_fp8 for the DeepSeek shapes.
 
 
-rule build_inputs:
-    input:
-        code=lambda wc: format_code(wc.shape),
-    output:
-        fp32="results/inputs/{dist}/{shape}/fp32.pt",
-        formats=directory("results/inputs/{dist}/{shape}/formats"),
-        manifest="results/inputs/{dist}/{shape}/manifest.json",
-    params:
-        seed=config["seed"],
-        formats=lambda wc: input_formats(wc.shape),
-    conda:
-        "../../envs/gpu.yaml"
-    log:
-        "results/logs/inputs/{dist}/{shape}.log",
-    script:
-        "../scripts/build_inputs.py"
+for _name, (_formats, _shapes) in INPUT_SETS.items():
+
+    rule:
+        name:
+            f"build_inputs_{_name}"
+        input:
+            code=format_code(_formats),
+        output:
+            fp32="results/inputs/{dist}/{shape}/fp32.pt",
+            formats=[f"results/inputs/{{dist}}/{{shape}}/formats/{f}.pt" for f in _formats],
+            manifest="results/inputs/{dist}/{shape}/manifest.json",
+        wildcard_constraints:
+            shape="|".join(_shapes),
+        params:
+            seed=config["seed"],
+            formats=list(_formats),
+        conda:
+            "../../envs/gpu.yaml"
+        log:
+            "results/logs/inputs/{dist}/{shape}.log",
+        script:
+            "../scripts/build_inputs.py"

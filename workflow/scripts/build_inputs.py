@@ -1,4 +1,5 @@
-# Build one (distribution, shape) input set: float32 operands and every needed format, hashed.
+# Build one (distribution, shape) input set: float32 operands and every needed format, one file each,
+# with the sha256 of every tensor and of every file in the manifest.
 import sys
 
 sys.path.insert(0, snakemake.scriptdir)
@@ -7,9 +8,14 @@ from script_setup import setup, write_json  # noqa: E402
 setup(snakemake)
 from pathlib import Path  # noqa: E402
 
-from kernels.inputs import make_operands, save_operands  # noqa: E402
+from kernels.inputs import file_sha256, make_operands, save_operands  # noqa: E402
 from kernels.registry import get_format  # noqa: E402
 from kernels.tiles import parse_shape  # noqa: E402
+
+
+def saved(ops, path):
+    return {"tensors": save_operands(ops, Path(path)), "file_sha256": file_sha256(Path(path))}
+
 
 M, N, K = parse_shape(snakemake.wildcards.shape)
 A, B = make_operands(snakemake.wildcards.dist, M, N, K, snakemake.params.seed)
@@ -17,12 +23,10 @@ manifest = {
     "seed": snakemake.params.seed,
     "dist": snakemake.wildcards.dist,
     "shape": snakemake.wildcards.shape,
-    "fp32": save_operands({"A": A, "B": B}, Path(snakemake.output.fp32)),
+    "fp32": saved({"A": A, "B": B}, snakemake.output.fp32),
     "formats": {},
 }
-fmt_dir = Path(snakemake.output.formats)
-fmt_dir.mkdir(parents=True, exist_ok=True)
-for name in snakemake.params.formats:
-    manifest["formats"][name] = save_operands(get_format(name).quantize(A, B), fmt_dir / f"{name}.pt")
-    print(f"{name}: {manifest['formats'][name]}")
+for name, path in zip(snakemake.params.formats, snakemake.output.formats, strict=True):
+    manifest["formats"][name] = saved(get_format(name).quantize(A, B), path)
+    print(f"{name}: {manifest['formats'][name]}", flush=True)
 write_json(snakemake.output.manifest, manifest)

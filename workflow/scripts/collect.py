@@ -7,25 +7,30 @@ sys.path.insert(0, snakemake.scriptdir)
 from script_setup import setup  # noqa: E402
 
 setup(snakemake)
-import json  # noqa: E402
 
-from tables import compile_matrix, point_sets, roofs, tidy_runs  # noqa: E402
+from tables import compile_matrix, point_sets, read_record, roofs, tidy_runs  # noqa: E402
 
 from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
 load_all()
 physical = snakemake.params.physical
 bytes_of = {v: bytes_per_element(v) for v in VARIANTS}
+# what the config says of each entry: the columns of the failed row an unreadable run file becomes
+defaults = {entry: {k: getattr(VARIANTS[v], k) for k in ("family", "precision", "ops_unit", "input_format")} | {"variant": v}
+            for entry, v in ((e, c.get("uses", e)) for e, c in snakemake.config["variants"].items())}
+defaults["*"] = {"platform": snakemake.wildcards.platform}
 if "points_dir" in snakemake.params.keys():
-    df, ceilings, compiled, sets = point_sets(snakemake.params.points_dir, physical, bytes_of)
+    df, ceilings, compiled, sets = point_sets(snakemake.params.points_dir, physical, bytes_of, defaults)
     sets.to_csv(snakemake.output.point_sets, index=False)
 else:
     ceilings_file = snakemake.input.ceilings[0] if snakemake.input.ceilings else None
-    df = tidy_runs(list(snakemake.input.runs), ceilings_file, physical, bytes_of)
-    ceilings = json.load(open(ceilings_file))["ceilings"] if ceilings_file else {}
+    df = tidy_runs(list(snakemake.input.runs), ceilings_file, physical, bytes_of, defaults=defaults)
+    ceilings = read_record(ceilings_file, ("ceilings",))["ceilings"] if ceilings_file else {}
     compiled = list(snakemake.input.compiled)
 df.to_csv(snakemake.output.csv, index=False)
 df.to_parquet(snakemake.output.parquet, index=False)
 roofs(df, ceilings, physical).to_csv(snakemake.output.roofs, index=False)
 compile_matrix(compiled).to_csv(snakemake.output.compile_matrix, index=False)
 print(f"{len(df)} rows")
+for _, r in df[df["status"] == "failed"].iterrows() if len(df) else ():
+    print(f"failed: {r['entry']} {r['dist']} {r['shape']} {r['tile']}: {r['reason']}")

@@ -1,4 +1,6 @@
-# Run one variant on one input set: GPU (correctness, then timing) or CPU emulation (numerics only).
+# Run one variant on one input set per shape: GPU (correctness, then timing) or CPU emulation (numerics
+# only). A shape that cannot be run (a corrupt input, a crash) gets failed rows with the reason; the
+# other shapes' results are still written.
 import sys
 
 sys.path.insert(0, snakemake.scriptdir)
@@ -6,38 +8,60 @@ from script_setup import gpu_lock, setup, write_json  # noqa: E402
 
 setup(snakemake)
 import json  # noqa: E402
+import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from kernels.compile import error_summary  # noqa: E402
 from kernels.device import check_landed, environment_tags  # noqa: E402
-from kernels.inputs import load_operands  # noqa: E402
+from kernels.inputs import CorruptInput, load_operands  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
 from kernels.runner import run_emulated, run_gpu  # noqa: E402
-from kernels.tiles import parse_shape, parse_tile  # noqa: E402
+from kernels.tiles import EMULATED, LIBRARY, parse_shape, parse_tile  # noqa: E402
 
 wc, p = snakemake.wildcards, snakemake.params
 variant = get_variant(p.variant)
 if p.arch is not None:  # a GPU platform: first make sure this node has its GPU
     check_landed(wc.platform, p.platform_spec)
 tiles = [parse_tile(t) for t in p.tiles]
-for shape, fp32, formats, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
-                                                    snakemake.input.manifest, snakemake.output, strict=True):
-    manifest = json.loads(Path(manifest_file).read_text())
-    raw = load_operands(Path(fp32), manifest["fp32"])
+# the rows a shape has when it cannot be run at all
+tile_names = [EMULATED] if p.arch is None else ([t.name for t in tiles] if variant.kernel is not None else [LIBRARY])
+
+
+def read_manifest(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise CorruptInput(f"{path}: unreadable manifest ({type(e).__name__}: {e}); rebuild the input set: "
+                           f"snakemake -f {path}") from e
+
+
+def run_shape(fp32, fmt_file, manifest_file):
+    manifest = read_manifest(manifest_file)
     fmt = manifest["formats"][variant.input_format]
-    ops = load_operands(Path(formats) / f"{variant.input_format}.pt", fmt)
+    raw = load_operands(Path(fp32), manifest["fp32"]["tensors"], manifest["fp32"]["file_sha256"])
+    ops = load_operands(Path(fmt_file), fmt["tensors"], fmt["file_sha256"])
+    sha = {k: v["sha256"] for k, v in fmt["tensors"].items()}
     if p.arch is None:
-        rows = run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance)
-    else:
-        with gpu_lock():
-            rows = run_gpu(variant, raw["A"], raw["B"], ops, tiles, p.arch, p.tolerance,
-                           reps=p.timing["reps"], warmup=p.timing["warmup"])
+        return run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance), sha
+    with gpu_lock():
+        return run_gpu(variant, raw["A"], raw["B"], ops, tiles, p.arch, p.tolerance,
+                       reps=p.timing["reps"], warmup=p.timing["warmup"]), sha
+
+
+for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
+                                                     snakemake.input.manifest, snakemake.output, strict=True):
+    try:
+        rows, sha = run_shape(fp32, fmt_file, manifest_file)
+    except Exception as e:  # this shape only: the others still run and keep their results
+        traceback.print_exc()
+        reason = str(e) if isinstance(e, CorruptInput) else error_summary(e)
+        rows, sha = [{"tile": t, "status": "failed", "reason": reason} for t in tile_names], {}
     M, N, K = parse_shape(shape)
     point = {"platform": wc.platform, "target": p.arch or "cpu", "variant": variant.name, "entry": p.entry, "family": variant.family,
              "dist": wc.dist, "shape": shape, "M": M, "N": N, "K": K, "input_format": variant.input_format,
              "ops_unit": variant.ops_unit, "precision": variant.precision,
              "baseline": variant.baseline, "second_baseline": variant.second_baseline,
-             "input_sha256": {k: v["sha256"] for k, v in fmt.items()}}
+             "input_sha256": sha, "log": str(snakemake.log[0])}
     for r in rows:
         print(shape, r.get("tile"), r.get("status"), r.get("reason"), r.get("throughput"), flush=True)
     write_json(out, {"point": point, "env": environment_tags(), "tolerance": p.tolerance, "rows": rows})
-    del raw, ops

@@ -1,16 +1,51 @@
-"""Shared start of every workflow script: import path and log redirection."""
+"""Shared start of every workflow script: import path, log redirection, one writer per job, and no job
+outliving the snakemake that scheduled it.
+
+How the local executor runs a `script:` job (Snakemake 9): a worker thread of the main snakemake process
+calls shell("python .snakemake/scripts/tmpXXXX.<name>.py"), a bash that execs the script, so the job is a
+direct child of the main process, in its process group, and snakemake keeps no hold on it beyond waiting:
+  - SIGKILL to snakemake: the job is reparented to init and runs on, writing outputs nobody records;
+  - SIGINT to snakemake alone (not a terminal's Ctrl-C, which reaches its whole process group): the
+    scheduler cancels by shutting its thread pool down, which waits for the running jobs to end;
+  - SIGTERM: snakemake's graceful stop, by design: no new jobs, the running ones finish.
+So: the main snakemake process (the Snakefile calls register_main) exports its identity to the jobs and
+forwards an interrupt to them; setup() makes each job the leader of its own process group (its
+subprocesses, nvcc and ptxas, join it) and starts a watchdog thread that stops the whole group the moment
+that snakemake is gone. setup() also takes a per-job lock, so two processes never write one job's outputs
+(an orphan from before and its rerun after --unlock --rerun-incomplete).
+"""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import select
+import signal
+import socket
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
+
+# the main snakemake process's identity, exported to every job it starts (register_main)
+MAIN_ENV = "LPGEMM_SNAKEMAKE_MAIN"
+# after an interrupt, how long the jobs get to stop on their own before they are killed
+INTERRUPT_GRACE_S = 10.0
+# the locks this process holds on its job (setup), open for its whole life
+_held_locks: list[int] = []
+
+
+class JobAlreadyRunning(RuntimeError):
+    """Another live process is running this very job: writing its outputs too would corrupt them."""
 
 
 def setup(snakemake) -> Path:
-    """Put the repo on sys.path, send stdout/stderr (including C++ logs) to the rule's log; return repo root."""
+    """Put the repo on sys.path, make sure this is the only process running the job (lock next to its log),
+    send stdout/stderr (including C++ logs) to the rule's log, and stop the job (with its subprocesses) if
+    the snakemake that scheduled it goes away; return the repo root."""
     repo = Path(snakemake.scriptdir).resolve().parents[1]
     sys.path.insert(0, str(repo))
     # a project-local kernel cache (read by TileLang at import): warm reruns load instead of compiling
@@ -18,12 +53,242 @@ def setup(snakemake) -> Path:
     if snakemake.log:
         log = Path(str(snakemake.log[0]))
         log.parent.mkdir(parents=True, exist_ok=True)
+        # before the log is truncated: a second writer must leave the first one's log alone
+        _lock_job(log.with_name(log.name + ".lock"), [str(o) for o in snakemake.output])
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+        os.close(fd)
+    _watch_main()
     return repo
+
+
+# ---------------------------------------------------------------- one writer per job
+
+
+def _lock_job(lock: Path, outputs: list[str]) -> None:
+    """Hold an exclusive lock on `lock` for the life of this process, or fail at once naming the holder.
+    flock is released by the kernel when its holder dies, however it dies, so a stale file never blocks
+    a rerun; the file stays (unlinking a lock file races with the next taker). Inherited by nothing that
+    execs (Python's descriptors are close-on-exec)."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process that has not written its PID yet"
+        os.close(fd)
+        raise JobAlreadyRunning(
+            f"another process ({holder}) is already running this job and writing its outputs: {', '.join(outputs)}. "
+            f"Two writers would corrupt them; wait for that process to end or stop it, then rerun (lock: {lock})") from None
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            print(f"lpgemm: warning: cannot lock {lock} ({e.strerror}); not guarding against a second writer", file=sys.stderr)
+            return
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"PID {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
+    _held_locks.append(fd)
+
+
+# ---------------------------------------------------------------- no job outlives its snakemake
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, process group, start time in clock ticks since boot) of pid, None if it is not there."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime 22
+    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _identity() -> dict | None:
+    """What tells this process apart from any other, even after its PID is reused (Linux only)."""
+    stat = _proc_stat(os.getpid())
+    if stat is None:
+        return None
+    try:
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_ns = ""
+    return {"host": socket.gethostname(), "boot": _read("/proc/sys/kernel/random/boot_id"), "pid_ns": pid_ns,
+            "pid": os.getpid(), "start": stat[3], "slurm_job": os.environ.get("SLURM_JOB_ID", "")}
+
+
+def register_main(workflow) -> None:
+    """Called by the Snakefile. In the main snakemake process: export its identity to every job it will
+    start (jobs inherit os.environ), and forward an interrupt to its running jobs. A snakemake that only
+    runs jobs (a cluster job re-parsing the Snakefile, --mode remote/subprocess) keeps the value it
+    inherited from the main one."""
+    main = getattr(workflow, "is_main_process", None)
+    if main is False:
+        return
+    ident = _identity()
+    if ident is None:  # not Linux: no watching, behaviour as before
+        return
+    value = json.dumps(ident, separators=(",", ":"))
+    if main:
+        os.environ[MAIN_ENV] = value  # a stale value from an outer environment must not win
+    else:
+        os.environ.setdefault(MAIN_ENV, value)
+    if main and threading.current_thread() is threading.main_thread():
+        _forward_interrupts()
+
+
+def _descendants(root: int) -> list[tuple[int, int]]:
+    """(pid, process group) of every process below root, from one pass over /proc."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (stat := _proc_stat(int(name))) is not None:
+            children.setdefault(stat[1], []).append((int(name), stat[2]))
+    found, todo = [], [root]
+    while todo:
+        for pid, pgid in children.get(todo.pop(), []):
+            found.append((pid, pgid))
+            todo.append(pid)
+    return found
+
+
+def _job_groups() -> list[tuple[int, int]]:
+    """(process group, its leader's start time) of this process's running jobs: each job leads its own
+    group (setup), its subprocesses in it."""
+    own = os.getpgrp()
+    groups = []
+    for pid, pgid in _descendants(os.getpid()):
+        if pid == pgid != own and (stat := _proc_stat(pid)) is not None:
+            groups.append((pgid, stat[3]))
+    return groups
+
+
+def _signal_groups(groups, sig) -> None:
+    for pgid, start in groups:
+        stat = _proc_stat(pgid)
+        if stat is not None and stat[3] == start:  # still that job, not a reused PID
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+
+
+def _forward_interrupts() -> None:
+    """SIGINT to the main process alone reaches no job (they lead their own groups, and snakemake waits for
+    them); a terminal's Ctrl-C reaches them only through this too. So the first interrupt passes SIGINT on
+    to every job's group (Python raises KeyboardInterrupt in a script, nvcc stops) and kills, after
+    INTERRUPT_GRACE_S, what is left of them; a second interrupt kills them at once. Then snakemake's own
+    handling (KeyboardInterrupt) runs as before."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN or getattr(previous, "lpgemm_forwarder", False):
+        return  # interrupts ignored on purpose (nohup, `cmd &` in a script), or already forwarding
+    interrupted: list = []
+
+    def forward(signum, frame):
+        with contextlib.suppress(OSError):
+            groups = _job_groups()
+            if interrupted:
+                _signal_groups(groups + interrupted, signal.SIGKILL)
+            else:
+                _signal_groups(groups, signal.SIGINT)
+                interrupted.extend(groups)
+                timer = threading.Timer(INTERRUPT_GRACE_S, lambda: _signal_groups(_job_groups() + groups, signal.SIGKILL))
+                timer.daemon = True
+                timer.start()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    forward.lpgemm_forwarder = True
+    signal.signal(signal.SIGINT, forward)
+
+
+def _watch_main() -> None:
+    """If the main snakemake process that scheduled this job runs on this host (and the job is not a
+    cluster job), lead a process group of our own and stop it all when that process is gone."""
+    raw = os.environ.get(MAIN_ENV)
+    if not raw or not sys.platform.startswith("linux"):
+        return
+    try:
+        main = json.loads(raw)
+        pid, start = int(main["pid"]), int(main["start"])
+    except (ValueError, KeyError, TypeError):
+        return
+    # A job in a SLURM allocation other than the main's is a cluster job: its snakemake may well be gone
+    # on purpose (a login-node session), and the SLURM executor plugin owns cancelling it (scancel ends
+    # the whole allocation, every process in it). So only a job that the main process started here,
+    # locally, is watched (a main run inside an allocation, with its local executor, included).
+    if os.environ.get("SLURM_JOB_ID", "") != main.get("slurm_job", ""):
+        return
+    here = _identity()
+    if here is None or any(here[k] != main.get(k) for k in ("host", "boot", "pid_ns")):
+        return  # another host, a reboot, a container's own PID namespace: its PIDs mean nothing here
+    pidfd = None
+    with contextlib.suppress(AttributeError, OSError):  # pidfd: Python 3.9+, Linux 5.3+
+        pidfd = os.pidfd_open(pid)
+    _become_group_leader()
+    # checked after opening the pidfd, so that the descriptor is known to refer to that very process
+    if not _alive(pid, start):
+        _stop_job_tree(f"the snakemake process that scheduled this job (PID {pid}) is gone")
+    threading.Thread(target=_watchdog, args=(pid, start, pidfd), name="lpgemm-watchdog", daemon=True).start()
+    # PR_SET_PDEATHSIG is not used: it fires when the *thread* that started the job ends (here a worker
+    # thread of snakemake's pool), only for the direct parent, and a signal it sends either kills just this
+    # process (leaving nvcc behind) or runs a Python handler no sooner than this thread would.
+
+
+def _become_group_leader() -> None:
+    """Our own process group, inherited by our subprocesses: one killpg reaches them all, and nothing
+    outside the job. Off the terminal's foreground group, a read from it would stop us, so stdin goes."""
+    with contextlib.suppress(OSError):  # EPERM: already a session (so a group) leader
+        os.setpgid(0, 0)
+    with contextlib.suppress(OSError):
+        if os.isatty(0):
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+
+
+def _alive(pid: int, start: int) -> bool:
+    stat = _proc_stat(pid)
+    return stat is not None and stat[3] == start and stat[0] not in ("Z", "X")
+
+
+def _watchdog(pid: int, start: int, pidfd: int | None) -> None:
+    if pidfd is not None:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)  # readable once that process has exited
+        while not poller.poll(1000) and _alive(pid, start):
+            pass
+    else:
+        while _alive(pid, start):
+            time.sleep(0.5)
+    _stop_job_tree(f"the snakemake process that scheduled this job (PID {pid}) is gone")
+
+
+def _stop_job_tree(reason: str) -> None:
+    """Kill every process of this job, this one last, and never return."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"lpgemm: {reason}; stopping this job and all its subprocesses\n".encode())
+    me = os.getpid()
+    with contextlib.suppress(OSError):
+        for pid, _ in _descendants(me):  # those that left our group too (a start_new_session child)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    if os.getpgrp() == me:
+        with contextlib.suppress(OSError):
+            os.killpg(me, signal.SIGKILL)
+    os._exit(1)
+
+
+# ---------------------------------------------------------------- GPU and results
 
 
 @contextlib.contextmanager
@@ -42,10 +307,36 @@ def gpu_lock():
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _umask() -> int:
+    for line in _read("/proc/self/status").splitlines():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json(path, obj) -> None:
-    """Write atomically, so an interrupted job never leaves a half-written result behind."""
+    """Write atomically, so an interrupted job never leaves a half-written result behind, and concurrent
+    writers never share a temporary file: each writes its own, unique one beside path, then renames it."""
     path = Path(str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    tmp.replace(path)
+    text = json.dumps(obj, indent=1, default=str)  # before any file exists: a failure here leaves nothing
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())  # mkstemp creates 0600
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself survives a crash once its directory is synced
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

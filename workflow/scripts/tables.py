@@ -19,38 +19,77 @@ class DuplicateRows(ValueError):
     """Two run records claim the same measurement key."""
 
 
+class UnreadableRecord(ValueError):
+    """A result file that is not a complete JSON record (truncated, corrupt, or of another layout)."""
+
+
+def read_record(path: str | Path, required: tuple[str, ...]) -> dict:
+    """A run or compile record, or UnreadableRecord naming the file and how to recompute it."""
+    try:
+        d = json.loads(Path(path).read_text())
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise ValueError(f"no {', '.join(missing)}")
+        return d
+    except (OSError, ValueError) as e:
+        raise UnreadableRecord(f"{path}: unreadable result ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                               f"recompute it: snakemake -f {path}") from e
+
+
+def unreadable_run(path: str, error: UnreadableRecord, defaults: dict) -> dict:
+    """The one failed row standing for an unreadable run file: its key from the path grammar
+    (.../{entry}/{dist}/{M}x{N}x{K}.json), what the config says of its entry, the reason."""
+    entry, dist, stem = Path(path).parts[-3], Path(path).parts[-2], Path(path).stem
+    dims = stem.split("x")
+    M, N, K = (int(x) for x in dims) if len(dims) == 3 and all(x.isdigit() for x in dims) else (np.nan,) * 3
+    return {"platform": "?", "target": "?", "variant": entry, "family": "?", **defaults.get("*", {}),
+            **defaults.get(entry, {}), "entry": entry, "dist": dist, "shape": stem, "M": M, "N": N, "K": K,
+            "tile": "?", "status": "failed", "reason": str(error), "source_file": str(path)}
+
+
 def tidy_runs(run_files: list[str], ceilings_file: str | None = None, physical: dict | None = None,
-              bytes_of: dict[str, tuple[float, float, float]] | None = None, point_set: str = ONE_RUN) -> pd.DataFrame:
+              bytes_of: dict[str, tuple[float, float, float]] | None = None, point_set: str = ONE_RUN,
+              defaults: dict[str, dict] | None = None) -> pd.DataFrame:
     """One row per platform x target x config entry x distribution x shape x tile: metrics, env tags,
     and, for timed rows, their fraction of the physical limits and of the run's measured best.
 
     ``physical``: the platform's datasheet limits (config ``platforms.<slug>``); ``bytes_of``: per
-    variant, bytes per element of A and B that its kernel reads and of C it writes.
+    variant, bytes per element of A and B that its kernel reads and of C it writes. An unreadable file
+    becomes one failed row naming it (the others are kept); ``defaults`` fills that row's columns: per
+    config entry (variant, family, precision, ...) and under "*" for every file (platform, target).
     """
     records = []
     for f in run_files:
-        d = json.loads(Path(f).read_text())
+        try:
+            d = read_record(f, ("point", "env", "rows"))
+        except UnreadableRecord as e:
+            records.append(unreadable_run(f, e, defaults or {}) | {"point_set": point_set})
+            continue
         for row in d["rows"]:
             tol = {f"tol_{k}": v for k, v in d.get("tolerance", {}).items()}
             point = {k: v for k, v in d["point"].items() if k != "input_sha256"}
-            records.append(point | d["env"] | tol | row | {"input_sha256": json.dumps(d["point"]["input_sha256"]),
+            records.append(point | d["env"] | tol | row | {"input_sha256": json.dumps(d["point"].get("input_sha256", {})),
                                                             "source_file": str(f), "point_set": point_set})
     df = pd.DataFrame.from_records(records)
     if df.empty:
         return df
+    for col in ("platform", "target"):  # an unreadable file's, when the path does not say: its run's
+        known = df.loc[df[col] != "?", col]
+        if len(known):
+            df.loc[df[col] == "?", col] = known.mode().iloc[0]
     check_unique(df)
     for col in ("throughput", "time_ms_median", "time_ms_p20", "time_ms_p80"):
         if col not in df:
             df[col] = np.nan
-    df = add_limits(df, json.loads(Path(ceilings_file).read_text())["ceilings"] if ceilings_file else {},
+    df = add_limits(df, read_record(ceilings_file, ("ceilings",))["ceilings"] if ceilings_file else {},
                     physical, bytes_of or {})
     front = [c for c in SORT + ["status", "reason", "throughput", "ops_unit", "time_ms_median", "time_ms_p20",
                                 "time_ms_p80", "pct_of_peak", "pct_of_roof", "pct_of_measured_best"] if c in df]
     return df[front + [c for c in df.columns if c not in front]].sort_values(SORT).reset_index(drop=True)
 
 
-def point_sets(points_dir: str | Path, physical: dict | None,
-               bytes_of: dict[str, tuple[float, float, float]]) -> tuple[pd.DataFrame, dict, list[str], pd.DataFrame]:
+def point_sets(points_dir: str | Path, physical: dict | None, bytes_of: dict[str, tuple[float, float, float]],
+               defaults: dict[str, dict] | None = None) -> tuple[pd.DataFrame, dict, list[str], pd.DataFrame]:
     """A published folder's points, one family refresh per sub-folder: the tidy rows of every family
     (each with the limits of its own run), the best ceiling probes over all runs, every compile record,
     and one provenance row per family (when, at which commit, on which GPU it was measured)."""
@@ -58,8 +97,9 @@ def point_sets(points_dir: str | Path, physical: dict | None,
     for d in sorted(p for p in Path(points_dir).iterdir() if p.is_dir()):
         prov = json.loads((d / "provenance.json").read_text())
         runs = sorted(str(f) for f in (d / "runs").rglob("*.json"))
-        frames.append(tidy_runs(runs, str(d / "ceilings.json"), physical, bytes_of, point_set=d.name))
-        for name, probe in json.loads((d / "ceilings.json").read_text())["ceilings"].items():
+        frames.append(tidy_runs(runs, str(d / "ceilings.json"), physical, bytes_of, point_set=d.name,
+                                defaults=defaults))
+        for name, probe in read_record(d / "ceilings.json", ("ceilings",))["ceilings"].items():
             if name not in ceilings or (probe.get("value") or 0) > (ceilings[name].get("value") or 0):
                 ceilings[name] = probe | {"how": f"{probe.get('how', '')} (run of {d.name})"}
         compiled += sorted(str(f) for f in (d / "compile").rglob("*.json"))
@@ -159,7 +199,14 @@ def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
     """One row per target x variant x tile x shape: status, reason, instructions, registers, shared memory."""
     rows = []
     for f in compile_files:
-        d = json.loads(Path(f).read_text())
+        try:
+            d = read_record(f, ("records",))
+        except UnreadableRecord as e:  # results/compile/{variant}/{target}/[sweep/]{tile}.json
+            parts = Path(f).parts
+            variant, target = (parts[-3], parts[-2]) if parts[-2] != "sweep" else (parts[-4], parts[-3])
+            rows.append({"target": target, "variant": variant, "tile": Path(f).stem, "shape": "?",
+                         "status": "failed", "reason": str(e)})
+            continue
         for r in d["records"]:
             r = dict(r)
             r["instructions"] = ",".join(r.get("instructions") or [])
@@ -248,8 +295,8 @@ def load_set(directory: str | Path, label: str, physical: dict | None = None,
         env = {}
     else:
         ceilings_file = d / "ceilings.json"
-        env = json.loads(ceilings_file.read_text())["env"] if ceilings_file.exists() else {}
-        ceilings = json.loads(ceilings_file.read_text())["ceilings"] if ceilings_file.exists() else {}
+        probes = read_record(ceilings_file, ("env", "ceilings")) if ceilings_file.exists() else {}
+        env, ceilings = probes.get("env", {}), probes.get("ceilings", {})
         tidy = pd.read_parquet(d / "tidy.parquet")
         cm = pd.read_csv(d / "compile_matrix.csv", dtype={"reason": str})
         limits = (pd.read_csv(d / "roofs.csv") if (d / "roofs.csv").exists()
