@@ -96,6 +96,9 @@ def test_the_published_report_is_rebuilt_from_the_points(tmp_path):
     wf = copy_workflow(tmp_path, cfg)
     snakemake(wf, "results/published/h200/tidy.csv", "results/published/h200/report.html")
     page = (wf / "results/published/h200/report.html").read_text()
-    assert "Point sets of h200 (published)" in page and "0bfb51c" in page
+    # every family's provenance (the commit it was measured at) is shown
+    commits = {c for prov in (wf / "results/published/h200/points").glob("*/provenance.json")
+               for c in json.loads(prov.read_text())["git_commits"]}
+    assert "Point sets of h200 (published)" in page and commits and all(c[:7] in page for c in commits)
     sets = (wf / "results/published/h200/point_sets.csv").read_text()
     assert all(f in sets for f in ("fp8", "int4", "blockscaled", "dequant"))
