@@ -1,6 +1,7 @@
 """Faults and bad input (issue 11): a corrupt file is detected and named, one bad shape keeps the others'
 results, every failure is listed on the console with its log, and a valid config never crashes a job."""
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -122,6 +123,16 @@ def test_an_empty_mapping_in_an_override_is_refused_and_null_drops_a_variant(tmp
     (wf / "drop.yaml").write_text("variants: {fp8_e4m3: null}\n")
     plan = snakemake(wf, "-n", "--configfile", "drop.yaml").stdout
     assert "emulate_cublas_bf16" in plan and "emulate_fp8_e4m3" not in plan and "results/cpu/fp8_e4m3" not in plan
+
+
+def test_a_target_the_nvcc_on_the_path_lacks_is_refused(tmp_path, monkeypatch):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvcc").write_text("#!/bin/sh\necho sm_80 sm_86\n")  # an older nvcc: no sm_90
+    (fake / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    proc = snakemake(emulation_only(tmp_path / "wf"), "-n", check=False)
+    assert proc.returncode != 0 and f"targets.0: sm_90a is not an arch of {fake}/nvcc" in proc.stdout + proc.stderr
 
 
 def test_git_tracks_no_generated_files():

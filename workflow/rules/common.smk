@@ -55,7 +55,7 @@ def drop_nulled_variants(cfg):
 
 
 def nvcc_archs():
-    """The real archs (sm_XX) of the nvcc on PATH, None without one (the schema's list then rules)."""
+    """(path, real archs sm_XX) of the nvcc on PATH; None without one (the schema's list then rules)."""
     import shutil
     import subprocess
 
@@ -66,12 +66,12 @@ def nvcc_archs():
         out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return nvcc, set(out.split()) or None
+    return (nvcc, set(out.split())) if out.split() else None
 
 
 def check_targets(cfg):
     found = nvcc_archs()
-    if not found or not found[1]:
+    if found is None:
         return
     nvcc, archs = found
     for i, target in enumerate(cfg["targets"]):
@@ -350,8 +350,9 @@ def format_code(formats):
 
 
 def input_sets():
-    """{name: (formats, shapes)}, one build_inputs_<name> each: the shapes of every sweep grouped by the formats they need. The
-    suffix names the families of those formats' variants (a number is added should two sets share it)."""
+    """{name: (formats, shapes)} for the build_inputs_<name> rules (inputs.smk): the shapes of every sweep
+    grouped by the formats they need. The name lists the families of those formats' variants (a number
+    is added should two sets share it)."""
     shapes = [s for v in RUN_VARIANTS for k in ("cpu", "gpu") for s in variant_shapes(v, k)]
     groups = {}
     for shape in dict.fromkeys(shapes):
