@@ -478,7 +478,7 @@ _WGMMA_ONLY = (
     "for {arch}; the unpacked-int8 route there is int8_tilelang"
 )
 
-# throughput is reported as a fraction of the int8 peak (torch._int_mm, kernels.ceilings) and the
+# throughput is reported as a fraction of the int8 peak (torch._int_mm, harness.ceilings) and the
 # speedup against torch._int_mm on the same values
 _COMMON = dict(
     family="int4",

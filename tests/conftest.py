@@ -9,13 +9,12 @@ import yaml
 from slurm_cluster import slurm_cluster  # noqa: F401  (one session-wide cluster for every SLURM test)
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 
 def copy_workflow(dest: Path, config: dict) -> Path:
     """A throwaway copy of the workflow with its own config.yaml (a --configfile would merge, not replace)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for item in ("Snakefile", "workflow", "kernels", "envs", "profiles", "results/published"):
+    for item in ("Snakefile", "workflow", "kernels", "harness", "envs", "profiles", "results/published"):
         src = REPO / item
         (shutil.copytree(src, dest / item, ignore=shutil.ignore_patterns("__pycache__", "report.html", "figures"))
          if src.is_dir() else shutil.copy(src, dest / item))

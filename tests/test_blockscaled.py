@@ -8,10 +8,10 @@ import re
 import pytest
 import torch
 
+from harness.metrics import calc_diff, rel_fro
+from harness.runner import prepared
 from kernels import blockscaled as bs
-from kernels.metrics import calc_diff, rel_fro
 from kernels.registry import FORMATS, VARIANTS, Unsupported
-from kernels.runner import prepared
 from kernels.tiles import parse_tile
 
 KERNEL_VARIANTS = ("blockscaled_sm90", "blockscaled_g128", "blockscaled_sm100")

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from kernels.compile import TILELANG_REFUSALS, compile_record, error_summary, known_refusal
+from harness.compile import TILELANG_REFUSALS, compile_record, error_summary, known_refusal
 from kernels.registry import get_variant
 from kernels.tiles import parse_tile
 

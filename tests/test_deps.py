@@ -7,7 +7,7 @@ import pytest
 import yaml
 from conftest import REPO, copy_workflow, snakemake, tiny_config
 
-from kernels.deps import import_closure
+from harness.deps import import_closure
 
 
 def test_closure_of_dequant_reaches_int4_through_its_import():
@@ -17,9 +17,9 @@ def test_closure_of_dequant_reaches_int4_through_its_import():
     assert "kernels/fp8.py" not in deps and deps == sorted(deps)
 
 
-def test_closure_of_a_workflow_script_includes_its_sibling_modules():
+def test_closure_of_a_workflow_script_includes_its_sibling_modules_and_the_harness():
     deps = import_closure([], REPO, ["workflow/scripts/report.py"])
-    assert {"workflow/scripts/script_setup.py", "workflow/scripts/tables.py", "kernels/registry.py"} <= set(deps)
+    assert {"workflow/scripts/script_setup.py", "harness/tables.py", "kernels/registry.py"} <= set(deps)
     assert "workflow/scripts/report.py" not in deps
 
 

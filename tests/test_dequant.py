@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import kernels.baselines  # noqa: F401  (registers cublas_bf16)
+from harness.metrics import rel_fro
+from harness.runner import prepared
 from kernels import dequant as dq
-from kernels.metrics import rel_fro
 from kernels.registry import FORMATS, VARIANTS
-from kernels.runner import prepared
 from kernels.tiles import parse_tile
 
 FORMAT_NAMES = list(dq.W4_FORMATS)
@@ -324,7 +324,7 @@ def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
 
 
 def _compile(name, tile_name, M, N=256, K=512, arch="sm_90a"):
-    from kernels.compile import build
+    from harness.compile import build
 
     return build(VARIANTS[f"dequant_{name}"], M, N, K, parse_tile(tile_name), arch).get_kernel_source()
 
@@ -360,5 +360,5 @@ def test_compile_other_targets_use_bf16_mma_sync(arch):
 
 
 def test_decoder_source_names_no_matrix_instruction():
-    # kernels.compile classifies a kernel by searching its whole source, imported code included
+    # harness.compile classifies a kernel by searching its whole source, imported code included
     assert not re.search(r"wgmma|mma|tcgen05", dq.DECODE_CUDA_SOURCE)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
+from harness.metrics import calc_diff, rel_fro
 from kernels.fp8 import emulate_fp8_gemm, quantize_fp8
-from kernels.metrics import calc_diff, rel_fro
 from kernels.registry import get_format
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import REPO
 
-import kernels.inputs as inputs
-from kernels.inputs import (
+import harness.inputs as inputs
+from harness.inputs import (
     CorruptInput,
     file_sha256,
     load_operands,
@@ -229,7 +229,7 @@ FORBIDDEN = {"log", "log1p", "log2", "log10", "exp", "expm1", "exp2", "pow", "po
 
 
 def test_generator_uses_no_transcendental_or_library_random():
-    tree = ast.parse((REPO / "kernels" / "inputs.py").read_text())
+    tree = ast.parse((REPO / "harness" / "inputs.py").read_text())
     bad = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):

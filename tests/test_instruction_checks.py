@@ -6,7 +6,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-from kernels.compile import build
+from harness.compile import build
 from kernels.registry import VARIANTS, load_all
 from kernels.tiles import parse_tile
 

@@ -1,18 +1,17 @@
 """What a number claims: the timed window, the matched peer, the limits, the bytes, the keys, the status."""
 import json
-import sys
 
 import pandas as pd
 import pytest
 import torch
 from conftest import REPO
 
-from kernels import bench
+from harness import (
+    bench,
+    tables,  # noqa: E402
+)
+from harness.runner import classify_run_error, kernel_names, prepared
 from kernels.registry import VARIANTS, bytes_per_element, get_format, get_variant, load_all
-from kernels.runner import classify_run_error, kernel_names, prepared
-
-sys.path.insert(0, str(REPO / "workflow/scripts"))
-import tables  # noqa: E402
 
 load_all()
 FLUSH = "vectorized_elementwise_kernel<bitwise_not>"

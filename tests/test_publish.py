@@ -1,15 +1,12 @@
 """Published results per family: each family's points come from one GPU run, and are refreshed alone."""
 import json
 import shutil
-import sys
 
 import pytest
 import yaml
 from conftest import REPO, copy_workflow, snakemake, tiny_config
 
-sys.path.insert(0, str(REPO / "workflow/scripts"))
-import tables  # noqa: E402
-
+from harness import tables  # noqa: E402
 from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
 POINTS = REPO / "results/published/h200/points"

@@ -11,11 +11,11 @@ import pytest
 import torch
 import yaml
 
+from harness.runner import run_emulated
 from kernels import blockscaled as bs
 from kernels import dequant as dq
 from kernels import fp8, int4
 from kernels.registry import FORMATS, VARIANTS, Unsupported, load_all
-from kernels.runner import run_emulated
 from kernels.scales import amax_scale, check_operand, mx_exponent
 from kernels.tiles import EMULATED, parse_tile
 

@@ -3,14 +3,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
 from conftest import REPO, copy_workflow, snakemake, tiny_config
 
-sys.path.insert(0, str(REPO / "workflow/scripts"))
-import tables  # noqa: E402
+from harness import tables  # noqa: E402
 
 pytestmark = pytest.mark.workflow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

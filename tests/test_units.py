@@ -3,9 +3,9 @@ import pytest
 import torch
 from conftest import REPO
 
-from kernels.bench import summarize
-from kernels.inputs import load_operands, make_operands, manifest, save_operands
-from kernels.runner import judge
+from harness.bench import summarize
+from harness.inputs import load_operands, make_operands, manifest, save_operands
+from harness.runner import judge
 from kernels.tiles import parse_shape, parse_tile
 
 
@@ -72,7 +72,7 @@ def test_judge_marks_tolerance_nan_and_inexact():
 
 
 def test_trace_is_split_into_repetitions_at_each_flush():
-    from kernels.bench import split_by_flush
+    from harness.bench import split_by_flush
 
     flush = {"bitwise_not_kernel"}
     trace = [("warm_kernel", 5.0),  # before the first flush: not part of any repetition
@@ -90,7 +90,7 @@ def _catalogue():
 
 
 def test_the_catalogue_tells_gpus_apart_by_their_nvidia_smi_names():
-    from kernels.device import matching_platforms
+    from harness.device import matching_platforms
 
     platforms = _catalogue()
     assert {"h100", "h200", "b200", "l40s", "a100"} <= set(platforms)
@@ -106,7 +106,7 @@ def test_the_catalogue_tells_gpus_apart_by_their_nvidia_smi_names():
 def test_a_job_checks_the_gpu_it_landed_on(monkeypatch):
     import torch
 
-    import kernels.device as device
+    import harness.device as device
 
     spec = _catalogue()["h100"]
     monkeypatch.setenv("SLURMD_NODENAME", "gpu07")

@@ -197,6 +197,6 @@ def test_python_is_lint_clean():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "kernels", "workflow/scripts", "tests"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "kernels", "harness", "workflow/scripts", "tests"], cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]

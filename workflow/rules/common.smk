@@ -11,10 +11,11 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 REPO = Path(workflow.basedir)
+# plan with this checkout's kernels and harness, even where another checkout of lpgemm is installed
 sys.path.insert(0, str(REPO))
 
-from kernels.deps import import_closure  # noqa: E402
-from kernels.device import detect_gpu, matching_platforms  # noqa: E402
+from harness.deps import import_closure  # noqa: E402
+from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS, VARIANTS, load_all  # noqa: E402
 from kernels.tiles import parse_shape, parse_tile  # noqa: E402
 
@@ -316,12 +317,12 @@ def _module_of(obj):
 
 
 # Snakemake reruns a job when its script changes, not when code it imports does: a job's code inputs
-# are the import closure (kernels/deps.py) of the modules it uses and of its script's imports, so
+# are the import closure (harness/deps.py) of the modules it uses and of its script's imports, so
 # editing any module a job reaches, directly or not, reruns that job.
-STAGE_CODE = {"compile": (["kernels.compile"], ["workflow/scripts/compile_kernel.py"]),
-              "run": (["kernels.compile", "kernels.runner", "kernels.bench", "kernels.metrics", "kernels.inputs",
-                       "kernels.device"], ["workflow/scripts/compile_kernel.py", "workflow/scripts/run_variant.py"]),
-              "inputs": (["kernels.inputs"], ["workflow/scripts/build_inputs.py"])}
+STAGE_CODE = {"compile": (["harness.compile"], ["workflow/scripts/compile_kernel.py"]),
+              "run": (["harness.compile", "harness.runner", "harness.bench", "harness.metrics", "harness.inputs",
+                       "harness.device"], ["workflow/scripts/compile_kernel.py", "workflow/scripts/run_variant.py"]),
+              "inputs": (["harness.inputs"], ["workflow/scripts/build_inputs.py"])}
 
 
 def _format_modules(fmt):

@@ -5,7 +5,7 @@
 #                            platform's run jobs need exactly these of their own arch, which they then
 #                            load from the TileLang cache (a CPU node or a login node can build them).
 # A known refusal (declared arch or shape rule, TileLang's refusal of a dtype there) is recorded as
-# unsupported; any other error as failed, with its reason (kernels/compile.py).
+# unsupported; any other error as failed, with its reason (harness/compile.py).
 
 
 for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:

@@ -55,7 +55,7 @@ for _variant in RUN_VARIANTS:
 
 rule measure_ceilings:
     input:
-        code=import_closure(["kernels.ceilings", "kernels.device"], REPO, ["workflow/scripts/measure_ceilings.py"]),
+        code=import_closure(["harness.ceilings", "harness.device"], REPO, ["workflow/scripts/measure_ceilings.py"]),
     output:
         "results/{platform}/ceilings.json",
     wildcard_constraints:

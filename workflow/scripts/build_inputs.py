@@ -1,14 +1,11 @@
 # Build one (distribution, shape) input set: float32 operands and every needed format, one file each,
 # with the sha256 of every tensor and of every file in the manifest.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir)
 from script_setup import setup, write_json  # noqa: E402
 
 setup(snakemake)
 from pathlib import Path  # noqa: E402
 
-from kernels.inputs import file_sha256, make_operands, save_operands  # noqa: E402
+from harness.inputs import file_sha256, make_operands, save_operands  # noqa: E402
 from kernels.registry import get_format  # noqa: E402
 from kernels.tiles import parse_shape  # noqa: E402
 

@@ -1,15 +1,11 @@
 # Collect a platform's runs into one tidy table (CSV + parquet), its limits (roofs.csv) and the compile
 # matrix; for a published folder, the same from every family's points, with a table of the point sets
 # (when and at which commit each family was measured).
-import sys
-
-sys.path.insert(0, snakemake.scriptdir)
 from script_setup import setup  # noqa: E402
 
 setup(snakemake)
 
-from tables import compile_matrix, point_sets, read_record, roofs, tidy_runs  # noqa: E402
-
+from harness.tables import compile_matrix, point_sets, read_record, roofs, tidy_runs  # noqa: E402
 from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
 load_all()

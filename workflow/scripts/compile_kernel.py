@@ -1,13 +1,10 @@
 # Compile one variant: every (target, tile) at its shapes; record each outcome, never crash.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir)
 from script_setup import setup, write_json  # noqa: E402
 
 setup(snakemake)
 from pathlib import Path  # noqa: E402
 
-from kernels.compile import compile_record  # noqa: E402
+from harness.compile import compile_record  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
 from kernels.tiles import parse_shape, parse_tile  # noqa: E402
 

@@ -1,12 +1,9 @@
 # Measure this GPU's ceilings in the same run as the kernels.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir)
 from script_setup import gpu_lock, setup, write_json  # noqa: E402
 
 setup(snakemake)
-from kernels.ceilings import measure_ceilings  # noqa: E402
-from kernels.device import check_landed, environment_tags  # noqa: E402
+from harness.ceilings import measure_ceilings  # noqa: E402
+from harness.device import check_landed, environment_tags  # noqa: E402
 
 check_landed(snakemake.wildcards.platform, snakemake.params.platform_spec)
 with gpu_lock():

@@ -1,9 +1,6 @@
 # Publish one family's points of a GPU platform's run: copy its run files, the ceilings and compile
 # records of the same run, and say where they come from (provenance.json). Snakemake empties the
 # output folder first, so a refresh replaces that family's points and nothing else.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir)
 from script_setup import setup, write_json  # noqa: E402
 
 setup(snakemake)
@@ -12,7 +9,7 @@ import shutil  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from kernels.device import git_commit  # noqa: E402
+from harness.device import git_commit  # noqa: E402
 
 out = Path(snakemake.output[0])
 platform = snakemake.wildcards.platform

@@ -1,7 +1,4 @@
 # Render the comparison report: one self-contained HTML file (figures embedded) plus the figures.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir)
 from script_setup import setup  # noqa: E402
 
 setup(snakemake)
@@ -11,12 +8,14 @@ import io  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import figures  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import tables  # noqa: E402
 
+from harness import (
+    figures,  # noqa: E402
+    tables,  # noqa: E402
+)
 from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
 load_all()

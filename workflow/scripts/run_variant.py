@@ -1,9 +1,6 @@
 # Run one variant on one input set per shape: GPU (correctness, then timing) or CPU emulation (numerics
 # only). A shape that cannot be run (a corrupt input, a crash) gets failed rows with the reason; the
 # other shapes' results are still written.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir)
 from script_setup import gpu_lock, setup, write_json  # noqa: E402
 
 setup(snakemake)
@@ -11,11 +8,11 @@ import json  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from kernels.compile import error_summary  # noqa: E402
-from kernels.device import check_landed, environment_tags  # noqa: E402
-from kernels.inputs import CorruptInput, load_operands  # noqa: E402
+from harness.compile import error_summary  # noqa: E402
+from harness.device import check_landed, environment_tags  # noqa: E402
+from harness.inputs import CorruptInput, load_operands  # noqa: E402
+from harness.runner import run_emulated, run_gpu  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
-from kernels.runner import run_emulated, run_gpu  # noqa: E402
 from kernels.tiles import EMULATED, LIBRARY, parse_shape, parse_tile  # noqa: E402
 
 wc, p = snakemake.wildcards, snakemake.params

@@ -47,7 +47,7 @@ def setup(snakemake) -> Path:
     send stdout/stderr (including C++ logs) to the rule's log, and stop the job (with its subprocesses) if
     the snakemake that scheduled it goes away; return the repo root."""
     repo = Path(snakemake.scriptdir).resolve().parents[1]
-    sys.path.insert(0, str(repo))
+    sys.path.insert(0, str(repo))  # this checkout's kernels and harness, even where another checkout is installed
     # a project-local kernel cache (read by TileLang at import): warm reruns load instead of compiling
     os.environ["TILELANG_CACHE_DIR"] = str(repo / snakemake.config.get("tilelang_cache", ".cache/tilelang"))
     if snakemake.log:

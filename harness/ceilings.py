@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels import bench
+from harness import bench
 
 PEAK_SHAPE = 8192  # M = N = K for the peak-matmul probes
 

@@ -13,9 +13,9 @@ import traceback
 
 import torch
 
-from kernels import bench
-from kernels import compile as kcompile
-from kernels.metrics import error_metrics
+from harness import bench
+from harness import compile as kcompile
+from harness.metrics import error_metrics
 from kernels.registry import Operands, Unsupported, Variant, get_format
 from kernels.tiles import EMULATED, LIBRARY, Tile
 
