@@ -23,7 +23,9 @@ Variants:
 
 Every kernel requires K to be a multiple of 128 (one promotion, or one packed word of four E8M0
 codes, per 128 K): ``kernel_shape_limit``, each TileLang variant's ``shape_limit``, which its factory
-raises as ``Unsupported`` and the CPU emulation also honours; the quantizers accept any K.
+raises as ``Unsupported`` and the CPU emulation also honours; the quantizers accept any K. The number
+formats' building blocks (the amax and OCP MX quantizers, E8M0 codes, block views) come from
+``kernels.formats``; the scale layouts the kernels and cuBLAS read are defined here.
 TileLang evaluates a prim_func's annotations with the factory's closure variables, so this module
 must not use ``from __future__ import annotations``.
 """
@@ -31,115 +33,66 @@ from functools import partial
 
 import torch
 
+from kernels.formats import (
+    E4M3,
+    E4M3_EMAX,
+    E4M3_MAX,
+    E8M0_BIAS,
+    block_view,
+    ceil_div,
+    check_operand,
+    e8m0_decode,
+    expand_blocks,
+    pack_e8m0_words,
+    quantize_blocks,
+    quantize_mx_blocks,
+    round_up,
+    saturate_fp8,
+    unblock,
+)
+from kernels.fp8 import CUBLAS_FP8_E4M3, cublaslt_fp8_shape_limit
 from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
-from kernels.scales import amax_scale, check_operand, mx_exponent
 from kernels.tiles import Tile
 
-E4M3 = torch.float8_e4m3fn
-E4M3_MAX = 448.0
-E4M3_EMAX = 8  # exponent of the largest e4m3 normal (448 = 1.75 * 2^8), the OCP MX "emax_elem"
-E8M0_BIAS = 127
-E8M0_NAN = 255
 PROMOTION_K = 128  # K per fp32 promotion on sm_90a; also the DeepSeek and generic scale block
 MX_BLOCK_K = 32
-MX_CODES_PER_WORD = 4  # E8M0 codes packed per 32-bit word, byte j = K block 4w + j
 UTCCP_ROWS = 128  # rows of scale words one tcgen05.cp 32x128b.warpx4 copy moves
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _round_up(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
-
-
-def _block_view(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """x (R, C) zero-padded to whole blocks, viewed as (R/rows, rows, C/cols, cols)."""
-    R, C = x.shape
-    Rp, Cp = _round_up(R, rows), _round_up(C, cols)
-    xp = x.float()
-    if (Rp, Cp) != (R, C):
-        xp = torch.zeros(Rp, Cp, dtype=torch.float32, device=x.device)
-        xp[:R, :C] = x
-    return xp.reshape(Rp // rows, rows, Cp // cols, cols)
-
-
-def _expand(scales: torch.Tensor, rows: int, cols: int, R: int, C: int) -> torch.Tensor:
-    """Per-block scales (R/rows, C/cols) repeated to one per element of the (R, C) operand."""
-    return scales.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)[:R, :C]
+def _saturate_e4m3(x: torch.Tensor) -> torch.Tensor:
+    return saturate_fp8(x, E4M3)
 
 
 def quantize_e4m3_blocks(
     x: torch.Tensor, rows: int, cols: int, *, operand: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """e4m3 with one fp32 scale (amax/448) per ``rows`` x ``cols`` block.
+    """e4m3 with one fp32 scale (amax/448) per ``rows`` x ``cols`` block (``formats.quantize_blocks``).
 
     Returns (q (R, C) e4m3, scales (⌈R/rows⌉, ⌈C/cols⌉) fp32) with q·scale ≈ x. Scales follow
-    ``scales.amax_scale``: never below fp32's smallest normal (a subnormal block amax cannot give a zero
+    ``formats.amax_scale``: never below fp32's smallest normal (a subnormal block amax cannot give a zero
     scale and NaN codes), and 1 for an all-zero block (any scale quantizes it to zeros; 1 keeps the
     scale finite). ``operand`` (e.g. "A") names the tensor in error messages.
     """
     check_operand(x, "quantize_e4m3_blocks", operand)
     R, C = x.shape
-    blocks = _block_view(x.float(), rows, cols)
-    scales = amax_scale(blocks.abs().amax(dim=(1, 3)), E4M3_MAX, torch.float32)
-    q = (blocks / scales[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
-    return q.reshape(blocks.shape[0] * rows, -1)[:R, :C].contiguous(), scales.contiguous()
-
-
-# ---- E8M0 (OCP MX shared exponent) ---------------------------------------------------------------
-
-def e8m0_encode(exponent: torch.Tensor) -> torch.Tensor:
-    """Integer exponents in [-127, 127] -> uint8 E8M0 codes (bias 127; 255 is NaN and never produced)."""
-    if bool(((exponent < -E8M0_BIAS) | (exponent > E8M0_BIAS)).any()):
-        raise ValueError("E8M0 exponents must lie in [-127, 127]")
-    return (exponent.to(torch.int32) + E8M0_BIAS).to(torch.uint8)
-
-
-def e8m0_decode(codes: torch.Tensor) -> torch.Tensor:
-    """uint8 E8M0 codes -> float32 2^(code-127); code 255 -> NaN. 2^-127 is an exact fp32 subnormal."""
-    if codes.dtype != torch.uint8:
-        raise TypeError(f"E8M0 codes must be uint8, got {codes.dtype}")
-    c = codes.to(torch.int32)
-    value = torch.ldexp(torch.ones(c.shape, dtype=torch.float64, device=c.device), c - E8M0_BIAS)
-    return torch.where(c == E8M0_NAN, torch.nan, value).to(torch.float32)
-
-
-def mx_shared_exponent(amax: torch.Tensor) -> torch.Tensor:
-    """OCP MX v1.0 scale choice: ⌊log2 amax⌋ − emax_elem (8 for e4m3), clamped to E8M0's range.
-
-    ⌊log2⌋ comes from frexp (amax = m·2^e, m in [0.5, 1)), exact where a float log2 could round up
-    just below a power of two. An all-zero block gets exponent 0 (scale 1); a tiny (e.g. subnormal)
-    amax gets E8M0's smallest scale 2^-127, a code the block-scaled MMA reads as such, so the codes
-    x / 2^-127 (exact) stay finite. The rule is ``scales.mx_exponent``, shared with the W4 MXFP4 format.
-    """
-    return mx_exponent(amax, E4M3_EMAX, -E8M0_BIAS, E8M0_BIAS)
+    blocks = block_view(x.float(), rows, cols)
+    q, scales = quantize_blocks(blocks, E4M3_MAX, torch.float32, _saturate_e4m3)
+    return unblock(q, R, C), scales.reshape(blocks.shape[0], blocks.shape[2])
 
 
 def quantize_mxfp8(x: torch.Tensor, *, operand: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """MXFP8 e4m3 along rows: (q (R, C) e4m3, codes (R, ⌈C/32⌉) uint8 E8M0)."""
+    """MXFP8 e4m3 along rows: (q (R, C) e4m3, codes (R, ⌈C/32⌉) uint8 E8M0).
+
+    OCP MX v1.0 (``formats.quantize_mx_blocks``): shared exponent ⌊log2 amax⌋ − 8, clamped to E8M0's
+    [-127, 127]; a tiny (e.g. subnormal) amax gets E8M0's smallest scale 2^-127, a code the block-scaled
+    MMA reads as such, so the codes x / 2^-127 (exact) stay finite. A block's largest values can exceed
+    448 after scaling and are clamped.
+    """
     check_operand(x, "quantize_mxfp8", operand)
     R, C = x.shape
-    blocks = _block_view(x.float(), 1, MX_BLOCK_K)
-    codes = e8m0_encode(mx_shared_exponent(blocks.abs().amax(dim=(1, 3))))
-    scales = e8m0_decode(codes)  # powers of two: the division below is exact
-    q = (blocks / scales[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
-    return q.reshape(R, -1)[:, :C].contiguous(), codes.contiguous()
-
-
-def pack_e8m0_words(codes: torch.Tensor) -> torch.Tensor:
-    """(R, nblk) uint8 codes -> (R, ⌈nblk/4⌉) int32 words, code of K block 4w+j in byte j (little end).
-
-    Missing trailing blocks are padded with code 127 (scale 1). int32 holds the bit pattern: torch has
-    little uint32 support, and TileLang only moves the words.
-    """
-    R, nblk = codes.shape
-    padded = torch.full((R, _round_up(nblk, MX_CODES_PER_WORD)), E8M0_BIAS, dtype=torch.uint8, device=codes.device)
-    padded[:, :nblk] = codes
-    b = padded.to(torch.int64).view(R, -1, MX_CODES_PER_WORD)
-    words = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    blocks = block_view(x.float(), 1, MX_BLOCK_K)
+    q, codes = quantize_mx_blocks(blocks, E4M3_EMAX, _saturate_e4m3)
+    return unblock(q, R, C), codes.reshape(R, -1)
 
 
 def utccp_scale_layout(words: torch.Tensor) -> torch.Tensor:
@@ -152,7 +105,7 @@ def utccp_scale_layout(words: torch.Tensor) -> torch.Tensor:
     shared memory). Rows are padded to a multiple of 128 with scale-1 words.
     """
     R, W = words.shape
-    R128 = _round_up(R, UTCCP_ROWS)
+    R128 = round_up(R, UTCCP_ROWS)
     one = int.from_bytes(bytes([E8M0_BIAS] * 4), "little")
     padded = torch.full((R128, W), one, dtype=torch.int32, device=words.device)
     padded[:R] = words
@@ -169,7 +122,7 @@ def _m_major_padded(scales: torch.Tensor) -> torch.Tensor:
     block and a 16-byte row pitch; cuBLAS wants the same "outer-dim-major" layout for 1x128 scales.
     """
     R, nkb = scales.shape
-    out = torch.zeros(nkb, _round_up(R, 4), dtype=torch.float32, device=scales.device)
+    out = torch.zeros(nkb, round_up(R, 4), dtype=torch.float32, device=scales.device)
     out[:, :R] = scales.T
     return out
 
@@ -182,8 +135,8 @@ def quantize_deepseek(A: torch.Tensor, B: torch.Tensor) -> Operands:
 
 def dequantize_deepseek(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
     (M, K), N = ops["A"].shape, ops["B"].shape[0]
-    sa = _expand(ops["SFA"].double(), 1, PROMOTION_K, M, K)
-    sb = _expand(ops["SFB"].double(), PROMOTION_K, PROMOTION_K, N, K)
+    sa = expand_blocks(ops["SFA"].double(), 1, PROMOTION_K, M, K)
+    sb = expand_blocks(ops["SFB"].double(), PROMOTION_K, PROMOTION_K, N, K)
     return ops["A"].double() * sa, ops["B"].double() * sb
 
 
@@ -202,8 +155,8 @@ def quantize_mx(A: torch.Tensor, B: torch.Tensor) -> Operands:
 
 def dequantize_mx(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
     (M, K), N = ops["A"].shape, ops["B"].shape[0]
-    sa = _expand(e8m0_decode(ops["SFA"]).double(), 1, MX_BLOCK_K, M, K)
-    sb = _expand(e8m0_decode(ops["SFB"]).double(), 1, MX_BLOCK_K, N, K)
+    sa = expand_blocks(e8m0_decode(ops["SFA"]).double(), 1, MX_BLOCK_K, M, K)
+    sb = expand_blocks(e8m0_decode(ops["SFB"]).double(), 1, MX_BLOCK_K, N, K)
     return ops["A"].double() * sa, ops["B"].double() * sb
 
 
@@ -215,8 +168,8 @@ def quantize_generic(A: torch.Tensor, B: torch.Tensor, g: int) -> Operands:
 
 def dequantize_generic(ops: Operands, g: int) -> tuple[torch.Tensor, torch.Tensor]:
     (M, K), N = ops["A"].shape, ops["B"].shape[0]
-    sa = _expand(ops["SFA"].double(), 1, g, M, K)
-    sb = _expand(ops["SFB"].double(), 1, g, N, K)
+    sa = expand_blocks(ops["SFA"].double(), 1, g, M, K)
+    sb = expand_blocks(ops["SFB"].double(), 1, g, N, K)
     return ops["A"].double() * sa, ops["B"].double() * sb
 
 
@@ -232,7 +185,7 @@ def emulate_promoted(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: tor
     M, K = a.shape
     N = b.shape[0]
     acc = torch.zeros(M, N, dtype=torch.float32, device=a.device)
-    for blk in range(_ceil_div(K, block)):
+    for blk in range(ceil_div(K, block)):
         ks = slice(blk * block, min((blk + 1) * block, K))
         part = a[:, ks].float() @ b[:, ks].float().T
         s = sa[:, blk : blk + 1].float() * sb[:, blk][None, :].float()
@@ -240,19 +193,19 @@ def emulate_promoted(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: tor
     return acc.to(torch.bfloat16)
 
 
-def emulate_deepseek(ops: Operands) -> torch.Tensor:
-    """blockscaled_sm90 and cuBLAS blockwise: promotion every 128 K, B's scale per 128-row block."""
+def emulate_blockscaled_sm90(ops: Operands) -> torch.Tensor:
+    """Promotion every 128 K, B's scale per 128-row block; also cublas_blockwise_fp8's emulation."""
     N = ops["B"].shape[0]
-    sb_rows = ops["SFB"].repeat_interleave(PROMOTION_K, dim=0)[:N]
+    sb_rows = expand_blocks(ops["SFB"], PROMOTION_K, 1, N, ops["SFB"].shape[1])  # one B scale per row
     return emulate_promoted(ops["A"], ops["B"], ops["SFA"], sb_rows, PROMOTION_K)
 
 
-def emulate_generic(ops: Operands, g: int) -> torch.Tensor:
+def emulate_blockscaled_g128(ops: Operands, g: int) -> torch.Tensor:
     return emulate_promoted(ops["A"], ops["B"], ops["SFA"], ops["SFB"], g)
 
 
-def emulate_mx(ops: Operands) -> torch.Tensor:
-    """blockscaled_sm100: the block-scaled MMA applies E8M0 scales per 32-K block inside fp32 accumulation."""
+def emulate_blockscaled_sm100(ops: Operands) -> torch.Tensor:
+    """The block-scaled MMA applies E8M0 scales per 32-K block inside fp32 accumulation."""
     return emulate_promoted(ops["A"], ops["B"], e8m0_decode(ops["SFA"]), e8m0_decode(ops["SFB"]), MX_BLOCK_K)
 
 
@@ -275,13 +228,6 @@ def _require_shape(M: int, N: int, K: int, who: str) -> None:
         raise Unsupported(f"{who}: {reason}")
 
 
-def cublas_blockwise_shape_limit(M: int, N: int, K: int) -> str | None:
-    # cuBLASLt fp8 GEMMs need 16-element aligned leading dimensions; torch checks N and K
-    if N % 16 or K % 16:
-        return f"cuBLASLt fp8 needs N and K divisible by 16 (N={N}, K={K})"
-    return None
-
-
 def _check_sm90_tile(tile: Tile) -> None:
     if tile.block_K != PROMOTION_K:
         raise ValueError(
@@ -297,7 +243,8 @@ def _check_sm90_tile(tile: Tile) -> None:
 
 
 def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, b_scale: str = "block"):
-    """Hopper block-scaled fp8 GEMM with fp32 promotion every 128 K.
+    """Hopper block-scaled fp8 GEMM with fp32 promotion every 128 K; also blockscaled_g128's kernel
+    (``b_scale="row"``).
 
     Per K block: TMA brings A, B and the tile's A row scales (from the M-major ``SFA_t``) into a
     ``num_stages`` pipeline; ``T.gemm`` (wgmma, clear_accum: a fresh partial sum) computes the block's
@@ -318,15 +265,15 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, b_scale: str = "
 
     if b_scale not in ("block", "row"):
         raise ValueError(f"b_scale must be 'block' or 'row', got {b_scale!r}")
-    _require_shape(M, N, K, "blockscaled_sm90" if b_scale == "block" else "blockscaled_g128")
+    _require_shape(M, N, K, (BLOCKSCALED_SM90 if b_scale == "block" else BLOCKSCALED_G128).name)  # registered below
     _check_sm90_tile(tile)
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
     sub_N = min(bN, 128)  # wgmma N of one partial sum
     n_sub = bN // sub_N
     parts = list(range(n_sub))  # a Python list: TileLang unrolls a for over it at trace time (range -> T.serial)
     kb = K // PROMOTION_K
-    nb = _ceil_div(N, PROMOTION_K)
-    M4, N4 = _round_up(M, 4), _round_up(N, 4)
+    nb = ceil_div(N, PROMOTION_K)
+    M4, N4 = round_up(M, 4), round_up(N, 4)
     policy = getattr(T.GemmWarpPolicy, tile.policy)
     fp8, f32 = "float8_e4m3fn", "float32"
     sfb_shape = (nb, kb) if b_scale == "block" else (kb, N4)
@@ -413,11 +360,11 @@ def blockscaled_sm100_kernel(M: int, N: int, K: int, tile: Tile):
     """
     import tilelang.language as T
 
-    _require_shape(M, N, K, "blockscaled_sm100")
+    _require_shape(M, N, K, BLOCKSCALED_SM100.name)  # registered below
     _check_sm100_tile(tile)
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
     kw = K // PROMOTION_K
-    M128, N128 = _round_up(M, UTCCP_ROWS), _round_up(N, UTCCP_ROWS)
+    M128, N128 = round_up(M, UTCCP_ROWS), round_up(N, UTCCP_ROWS)
     fp8 = "float8_e4m3fn"
 
     @T.prim_func
@@ -473,15 +420,15 @@ def blockscaled_sm100_kernel(M: int, N: int, K: int, tile: Tile):
 
 # ---- launches (GPU) ------------------------------------------------------------------------------
 
-def _launch_sm90_deepseek(kernel, ops: Operands) -> torch.Tensor:
+def launch_blockscaled_sm90(kernel, ops: Operands) -> torch.Tensor:
     return kernel(ops["A"], ops["B"], ops["SFA_t"], ops["SFB"])
 
 
-def _launch_sm90_generic(kernel, ops: Operands) -> torch.Tensor:
+def launch_blockscaled_g128(kernel, ops: Operands) -> torch.Tensor:
     return kernel(ops["A"], ops["B"], ops["SFA_t"], ops["SFB_t"])
 
 
-def _launch_sm100(kernel, ops: Operands) -> torch.Tensor:
+def launch_blockscaled_sm100(kernel, ops: Operands) -> torch.Tensor:
     return kernel(ops["A"], ops["B"], ops["SFA_words"], ops["SFB_words"])
 
 
@@ -505,7 +452,7 @@ def cublas_blockwise_scales(ops: Operands, pitch_multiple: int = 1) -> tuple[tor
         scale_a = ops["SFA"].T.contiguous().T
     sfb = ops["SFB"]
     nb, kb = sfb.shape
-    pitch = _round_up(kb, pitch_multiple)
+    pitch = round_up(kb, pitch_multiple)
     if pitch != kb:
         padded = torch.zeros(nb, pitch, dtype=sfb.dtype, device=sfb.device)
         padded[:, :kb] = sfb
@@ -513,14 +460,14 @@ def cublas_blockwise_scales(ops: Operands, pitch_multiple: int = 1) -> tuple[tor
     return scale_a, sfb.T
 
 
-def _prepare_cublas_blockwise(ops: Operands) -> Operands:
+def prepare_cublas_blockwise_fp8(ops: Operands) -> Operands:
     # the scale views (or, for M % 4 != 0, the one copy) cuBLAS wants, made once with the operands so
     # that no layout change runs inside the timed window
     scale_a, scale_b = cublas_blockwise_scales(ops, _SCALE_B_ROW_PITCH["multiple"])
     return {"scale_a_blockwise": scale_a, "scale_b_blockwise": scale_b}
 
 
-def _launch_cublas_blockwise(kernel, ops: Operands) -> torch.Tensor:
+def launch_cublas_blockwise_fp8(kernel, ops: Operands) -> torch.Tensor:
     def call() -> torch.Tensor:
         # B (N,K) row-major transposed is the column-major (K,N) operand cuBLASLt wants; blockwise
         # scaling forbids fast accumulation
@@ -536,7 +483,7 @@ def _launch_cublas_blockwise(kernel, ops: Operands) -> torch.Tensor:
         # this torch build wants scale_b's row pitch padded to a multiple of 4: re-prepare once (the
         # operands dict keeps the padded copy, so later, timed calls pay nothing)
         _SCALE_B_ROW_PITCH["multiple"] = 4
-        ops.update(_prepare_cublas_blockwise(ops))
+        ops.update(prepare_cublas_blockwise_fp8(ops))
         return call()
 
 
@@ -562,107 +509,66 @@ _NO_BLOCKSCALED_MMA = (
     "scaling in software (blockscaled_sm90)"
 )
 
-register_format(
-    Format(
-        name="deepseek_1x128_128x128",
-        quantize=quantize_deepseek,
-        dequantize=dequantize_deepseek,
-        reads=("A", "B", "SFA_t", "SFB"),
-        description="e4m3; A one fp32 scale per row per 128 K, B one per 128x128 block (amax/448); "
-        "SFA_t is SFA M-major, rows padded to 4, for TMA and cuBLAS",
-    )
+
+def _register_format(name: str, quantize, dequantize, reads: tuple[str, ...], description: str) -> Format:
+    return register_format(Format(name, quantize, dequantize, reads=reads, description=description))
+
+
+def _register(name: str, fmt: Format, emulate, launch, **fields) -> Variant:
+    return register_variant(Variant(name=name, family="blockscaled", input_format=fmt.name, emulate=emulate, launch=launch,
+                                    precision="fp8", **fields))
+
+
+def _register_kernel(name: str, fmt: Format, emulate, launch, kernel, **fields) -> Variant:
+    return _register(name, fmt, emulate, launch, kernel=kernel, out_idx=(4,), shape_limit=kernel_shape_limit, **fields)
+
+
+DEEPSEEK_1X128_128X128 = _register_format(
+    "deepseek_1x128_128x128", quantize_deepseek, dequantize_deepseek, ("A", "B", "SFA_t", "SFB"),
+    "e4m3; A one fp32 scale per row per 128 K, B one per 128x128 block (amax/448); "
+    "SFA_t is SFA M-major, rows padded to 4, for TMA and cuBLAS",
 )
-register_format(
-    Format(
-        name="mxfp8_e4m3_b32",
-        quantize=quantize_mx,
-        dequantize=dequantize_mx,
-        reads=("A", "B", "SFA_words", "SFB_words"),
-        description="OCP MX v1.0 MXFP8: e4m3, one E8M0 code (uint8, bias 127) per 32 K per row, shared exponent "
-        "floor(log2 amax) - 8, clamped to ±448; SF*_words: codes packed 4 per int32 in tcgen05.cp order",
-    )
+MXFP8_E4M3_B32 = _register_format(
+    "mxfp8_e4m3_b32", quantize_mx, dequantize_mx, ("A", "B", "SFA_words", "SFB_words"),
+    "OCP MX v1.0 MXFP8: e4m3, one E8M0 code (uint8, bias 127) per 32 K per row, shared exponent "
+    "floor(log2 amax) - 8, clamped to ±448; SF*_words: codes packed 4 per int32 in tcgen05.cp order",
 )
-register_format(
-    Format(
-        name="generic_g128",
-        quantize=partial(quantize_generic, g=PROMOTION_K),
-        dequantize=partial(dequantize_generic, g=PROMOTION_K),
-        reads=("A", "B", "SFA_t", "SFB_t"),
-        description="the seed's form: e4m3, one fp32 scale per row per 128 K for A and B (amax/448); "
-        "SFA_t / SFB_t are the scales M- / N-major for TMA",
-    )
+GENERIC_G128 = _register_format(
+    "generic_g128", partial(quantize_generic, g=PROMOTION_K), partial(dequantize_generic, g=PROMOTION_K),
+    ("A", "B", "SFA_t", "SFB_t"), "the seed's form: e4m3, one fp32 scale per row per 128 K for A and B (amax/448); "
+    "SFA_t / SFB_t are the scales M- / N-major for TMA",
 )
 
-register_variant(
-    Variant(
-        name="blockscaled_sm90",
-        family="blockscaled",
-        input_format="deepseek_1x128_128x128",
-        emulate=emulate_deepseek,
-        launch=_launch_sm90_deepseek,
-        kernel=partial(blockscaled_sm90_kernel, b_scale="block"),
-        out_idx=(4,),
-        shape_limit=kernel_shape_limit,
-        instructions=_SM90_KERNEL_INSTRUCTIONS,
-        precision="fp8",
-        # promoted every 128 K into full fp32, like cuBLAS's blockwise call (which forbids fast
-        # accumulation); the tensorwise promoted cuBLAS call is the second column
-        baseline="cublas_blockwise_fp8",
-        second_baseline="cublas_fp8_e4m3",
-        description="TileLang DeepSeek-recipe fp8 GEMM: wgmma per 128-K block into an fp32 partial, promoted "
-        "with SFA·SFB into a second fp32 accumulator, bf16 out",
-    )
+CUBLAS_BLOCKWISE_FP8 = _register(
+    "cublas_blockwise_fp8", DEEPSEEK_1X128_128X128, emulate_blockscaled_sm90, launch_cublas_blockwise_fp8,
+    prepare=prepare_cublas_blockwise_fp8, run_refusals=(CUBLAS_NOT_SUPPORTED,), min_cc=90,
+    shape_limit=cublaslt_fp8_shape_limit,
+    description="torch._scaled_mm (cuBLASLt) e4m3 with 1x128 (A) and 128x128 (B) fp32 block scales, bf16 out",
 )
-register_variant(
-    Variant(
-        name="blockscaled_g128",
-        family="blockscaled",
-        input_format="generic_g128",
-        emulate=partial(emulate_generic, g=PROMOTION_K),
-        launch=_launch_sm90_generic,
-        kernel=partial(blockscaled_sm90_kernel, b_scale="row"),
-        out_idx=(4,),
-        shape_limit=kernel_shape_limit,
-        instructions=_SM90_KERNEL_INSTRUCTIONS,
-        precision="fp8",
-        baseline="cublas_blockwise_fp8",  # cuBLAS has no per-row B scales: the DeepSeek recipe is the nearest peer
-        second_baseline="cublas_fp8_e4m3",
-        description="TileLang seed-form fp8 GEMM, per-row-per-128-K scales for both operands, promoted every "
-        "128 K like blockscaled_sm90, bf16 out",
-    )
+BLOCKSCALED_SM90 = _register_kernel(
+    "blockscaled_sm90", DEEPSEEK_1X128_128X128, emulate_blockscaled_sm90, launch_blockscaled_sm90,
+    partial(blockscaled_sm90_kernel, b_scale="block"), instructions=_SM90_KERNEL_INSTRUCTIONS,
+    # promoted every 128 K into full fp32, like cuBLAS's blockwise call (which forbids fast
+    # accumulation); the tensorwise promoted cuBLAS call is the second column
+    baseline=CUBLAS_BLOCKWISE_FP8.name, second_baseline=CUBLAS_FP8_E4M3.name,
+    description="TileLang DeepSeek-recipe fp8 GEMM: wgmma per 128-K block into an fp32 partial, promoted "
+    "with SFA·SFB into a second fp32 accumulator, bf16 out",
 )
-register_variant(
-    Variant(
-        name="blockscaled_sm100",
-        family="blockscaled",
-        input_format="mxfp8_e4m3_b32",
-        emulate=emulate_mx,
-        launch=_launch_sm100,
-        kernel=blockscaled_sm100_kernel,
-        out_idx=(4,),
-        shape_limit=kernel_shape_limit,
-        instructions={"sm_100a": _SM100_BLOCKSCALED_MMA},
-        unsupported={arch: _NO_BLOCKSCALED_MMA.format(arch=arch) for arch in ("sm_89", "sm_90a")},
-        precision="fp8",
-        # tcgen05 applies the block scales and accumulates in fp32 tensor memory: the nearest library
-        # peer is cuBLAS's blockwise-scaled (promoted) call
-        baseline="cublas_blockwise_fp8",
-        description="TileLang MXFP8 GEMM through T.gemm_blockscaled (tcgen05 block_scale MMA, E8M0 scales per "
-        "32 K in tensor memory), unpipelined; runs on sm_100 GPUs only",
-    )
+BLOCKSCALED_G128 = _register_kernel(
+    "blockscaled_g128", GENERIC_G128, partial(emulate_blockscaled_g128, g=PROMOTION_K), launch_blockscaled_g128,
+    partial(blockscaled_sm90_kernel, b_scale="row"), instructions=_SM90_KERNEL_INSTRUCTIONS,
+    baseline=CUBLAS_BLOCKWISE_FP8.name,  # cuBLAS has no per-row B scales: the DeepSeek recipe is the nearest peer
+    second_baseline=CUBLAS_FP8_E4M3.name,
+    description="TileLang seed-form fp8 GEMM, per-row-per-128-K scales for both operands, promoted every "
+    f"128 K like {BLOCKSCALED_SM90.name}, bf16 out",
 )
-register_variant(
-    Variant(
-        name="cublas_blockwise_fp8",
-        family="blockscaled",
-        input_format="deepseek_1x128_128x128",
-        emulate=emulate_deepseek,
-        launch=_launch_cublas_blockwise,
-        prepare=_prepare_cublas_blockwise,
-        run_refusals=(CUBLAS_NOT_SUPPORTED,),
-        min_cc=90,
-        shape_limit=cublas_blockwise_shape_limit,
-        precision="fp8",
-        description="torch._scaled_mm (cuBLASLt) e4m3 with 1x128 (A) and 128x128 (B) fp32 block scales, bf16 out",
-    )
+BLOCKSCALED_SM100 = _register_kernel(
+    "blockscaled_sm100", MXFP8_E4M3_B32, emulate_blockscaled_sm100, launch_blockscaled_sm100, blockscaled_sm100_kernel,
+    instructions={"sm_100a": _SM100_BLOCKSCALED_MMA},
+    unsupported={arch: _NO_BLOCKSCALED_MMA.format(arch=arch) for arch in ("sm_89", "sm_90a")},
+    # tcgen05 applies the block scales and accumulates in fp32 tensor memory: the nearest library
+    # peer is cuBLAS's blockwise-scaled (promoted) call
+    baseline=CUBLAS_BLOCKWISE_FP8.name,
+    description="TileLang MXFP8 GEMM through T.gemm_blockscaled (tcgen05 block_scale MMA, E8M0 scales per "
+    "32 K in tensor memory), unpipelined; runs on sm_100 GPUs only",
 )

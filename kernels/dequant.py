@@ -1,12 +1,12 @@
 """Dequantize GEMM family (W4A16): C (M,N) = A · Ŵᵀ, A bf16 (M,K), W 4-bit (N,K) with group scales.
 
 Only the weight is quantized; A is rounded to bf16. The weight is stored packed, two 4-bit codes per
-byte along K (element 2i in the low nibble, 2i+1 in the high nibble, as the seed's ``pack_int4``),
-as int8 of shape (N, K/2). Scales (and zero points) are stored group-major, shape (K/group, N), so
-that one K block's scales for a tile of weight rows are one contiguous TMA box.
+byte along K (element 2i in the low nibble, 2i+1 in the high nibble: ``formats.pack_int4`` /
+``formats.pack_codes``), as int8 of shape (N, K/2). Scales (and zero points) are stored group-major,
+shape (K/group, N), so that one K block's scales for a tile of weight rows are one contiguous TMA box.
 
 Formats (``dequantize`` gives the exact real value code·scale in float64; every bf16 scale is at least
-bf16's smallest normal, 1 for an all-zero group: ``kernels.scales.amax_scale``):
+bf16's smallest normal, 1 for an all-zero group: ``kernels.formats.amax_scale``):
 - ``w4_int4_sym_g128``: q in [-8,7] (two's complement nibbles), bf16 scale = amax/7 per 128 K.
 - ``w4_uint4_zp_g128``: codes c in [0,15], bf16 scale = (max-min)/15 and bf16 zero point
   z = round(-min/scale) per 128 K (min/max include 0, so z is an integer code); value (c - z)·scale.
@@ -39,72 +39,37 @@ from functools import partial
 
 import torch
 
-from kernels.int4 import pack_int4, unpack_int4
+from kernels.baselines import CUBLAS_BF16
+from kernels.formats import (
+    BF16_DECODE_MIN_EXPONENT,
+    E2M1_EMAX,
+    E2M1_MAX,
+    INT4_MAX,
+    amax_scale,
+    check_operand,
+    e2m1_decode,
+    e2m1_encode,
+    e8m0_decode,
+    encode_int4,
+    expand_blocks,
+    pack_codes,
+    pack_int4,
+    quantize_blocks,
+    quantize_mx_blocks,
+    unpack_codes,
+    unpack_int4,
+)
 from kernels.registry import Format, Operands, Variant, register_format, register_variant
-from kernels.scales import amax_scale, check_operand, mx_exponent
 from kernels.tiles import Tile
 
-
-def pack_codes(codes: torch.Tensor) -> torch.Tensor:
-    """Pack unsigned 4-bit codes (0..15, any integer dtype) with pack_int4's nibble order."""
-    c = codes.to(torch.int16)
-    if c.numel() and (int(c.min()) < 0 or int(c.max()) > 15):
-        raise ValueError("pack_codes: codes must lie in [0, 15]")
-    return pack_int4(torch.where(c >= 8, c - 16, c).to(torch.int8))  # same low 4 bits
-
-
-def unpack_codes(p: torch.Tensor) -> torch.Tensor:
-    """Unsigned 4-bit codes (int16, 0..15) of a packed tensor."""
-    return unpack_int4(p).to(torch.int16) & 0x0F
-
-
-# e2m1 (fp4, 1 sign, 2 exponent bits with bias 1, 1 mantissa bit): code -> value. Code 0 is +0.0,
-# code 1 is the subnormal 0.5 (the formula 2^(e-1)·(1+m/2) is wrong for e = 0).
-E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-E2M1_MAX = 6.0
-E2M1_EMAX = 2  # exponent of the largest e2m1 normal (6 = 1.5·2^2), OCP MX's emax_elem
-# rounding boundaries between consecutive e2m1 magnitudes; ties go to the even code
-_E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
-E8M0_BIAS = 127
-E8M0_NAN = 255
-# the kernel decodes an E8M0 scale to bf16 bits: 2^-126, bf16's smallest normal, is the smallest scale made
-MX_MIN_EXPONENT = -126
-
 _QUANT_ROWS = 1024  # quantize the weight in row chunks to bound the temporaries' memory
-
-
-def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
-    """Round to the nearest e2m1 value (ties to even code), saturating at ±6; returns uint8 codes.
-
-    The sign is taken from the sign bit, so -0.0 and tiny negatives give code 8 (-0.0).
-    """
-    a = x.abs().float()
-    mids = torch.tensor(_E2M1_MIDPOINTS, dtype=torch.float32, device=x.device)
-    idx = torch.bucketize(a, mids)  # number of midpoints strictly below a: a tie lands on the lower code
-    tie = mids[idx.clamp(max=len(_E2M1_MIDPOINTS) - 1)] == a
-    idx = torch.where(tie & (idx % 2 == 1), idx + 1, idx)
-    return (idx + 8 * torch.signbit(x).to(idx.dtype)).to(torch.uint8)
-
-
-def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
-    """Codes (any integer dtype, 0..15) -> float32 values by table lookup."""
-    table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)
-    return table[codes.long()]
-
-
-def e8m0_decode(e: torch.Tensor) -> torch.Tensor:
-    """E8M0 codes (uint8) -> float32 2^(e-127), built from the exponent bits (exact on every device); 255 is NaN."""
-    e32 = e.to(torch.int32)
-    s = (e32 << 23).view(torch.float32)
-    s = torch.where(e32 == 0, torch.full_like(s, 2.0**-127), s)  # the one subnormal code
-    return torch.where(e32 == E8M0_NAN, torch.full_like(s, float("nan")), s)
 
 
 @dataclass(frozen=True)
 class W4Format:
     name: str
     codes: str  # "int4" (two's complement) | "uint4_zp" | "e2m1"
-    scale: str  # "bf16" | "e8m0"
+    scale: str  # "bfloat16" | "e8m0" (uint8 codes)
     group: int
     kind: int  # selects the CUDA decoder (dq_decode_fragment's KIND)
     description: str
@@ -112,23 +77,6 @@ class W4Format:
     @property
     def has_zeros(self) -> bool:
         return self.codes == "uint4_zp"
-
-
-W4_FORMATS = {
-    f.name: f
-    for f in (
-        W4Format("w4_int4_sym_g128", "int4", "bf16", 128, 0,
-                 "int4 q in [-8,7] packed two per byte along K; bf16 scale amax/7 per 128 K, shape (K/128, N)"),
-        W4Format("w4_uint4_zp_g128", "uint4_zp", "bf16", 128, 1,
-                 "uint4 codes with bf16 scale (max-min)/15 and bf16 integer zero point per 128 K, "
-                 "value (c - z)·s; scales and zeros (K/128, N)"),
-        W4Format("w4_e2m1_g32", "e2m1", "bf16", 32, 2,
-                 "fp4 e2m1 codes packed two per byte along K; bf16 scale amax/6 per 32 K, shape (K/32, N)"),
-        W4Format("w4_mxfp4", "e2m1", "e8m0", 32, 3,
-                 "OCP MX fp4: e2m1 codes, E8M0 scale (uint8, bias 127) per 32 K, shape (K/32, N); "
-                 "exponent floor(log2 amax) - 2, codes saturate at ±6"),
-    )
-}
 
 
 def _check_weight(B: torch.Tensor, fmt: W4Format) -> None:
@@ -150,12 +98,11 @@ def _check_activation(A: torch.Tensor, fmt: W4Format) -> None:
 def _quantize_rows(Bg: torch.Tensor, fmt: W4Format) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One chunk of rows viewed as (rows, K/g, g) float32 -> (codes (rows, K), scales, zeros) per group."""
     rows, ngroups, g = Bg.shape
-    # bf16 scales come from scales.amax_scale: never below bf16's smallest normal (a subnormal group
+    # bf16 scales come from formats.amax_scale: never below bf16's smallest normal (a subnormal group
     # amax cannot round to a zero or subnormal scale), 1 for an all-zero group (any scale works)
     zeros = None
     if fmt.codes == "int4":
-        scale = amax_scale(Bg.abs().amax(-1), 7, torch.bfloat16)
-        codes = torch.round(Bg / scale.float()[..., None]).clamp(-8, 7)
+        codes, scale = quantize_blocks(Bg, INT4_MAX, torch.bfloat16, encode_int4, dims=(-1,))
     elif fmt.codes == "uint4_zp":
         lo = Bg.amin(-1).clamp(max=0)
         hi = Bg.amax(-1).clamp(min=0)
@@ -163,15 +110,12 @@ def _quantize_rows(Bg: torch.Tensor, fmt: W4Format) -> tuple[torch.Tensor, torch
         zero = torch.round(-lo / scale.float()).clamp(0, 15)
         codes = (torch.round(Bg / scale.float()[..., None]) + zero[..., None]).clamp(0, 15)
         zeros = zero.to(torch.bfloat16)  # small integers: exact
-    elif fmt.scale == "bf16":  # e2m1 with a bf16 scale
-        scale = amax_scale(Bg.abs().amax(-1), E2M1_MAX, torch.bfloat16)
-        codes = e2m1_encode(Bg / scale.float()[..., None])
+    elif fmt.scale == "bfloat16":  # e2m1 with a bf16 scale
+        codes, scale = quantize_blocks(Bg, E2M1_MAX, torch.bfloat16, e2m1_encode, dims=(-1,))
     else:  # OCP MX: power-of-two scale 2^(floor(log2 amax) - emax_elem)
         # codes 1..254 only: 0 (a subnormal bf16 scale in the kernel's decode) and 255 (NaN) are never made
-        e = mx_exponent(Bg.abs().amax(-1), E2M1_EMAX, MX_MIN_EXPONENT) + E8M0_BIAS
-        scale = e.to(torch.uint8)
-        codes = e2m1_encode(Bg / e8m0_decode(e)[..., None])
-    return codes.reshape(rows, ngroups * g), scale, zeros
+        codes, scale = quantize_mx_blocks(Bg, E2M1_EMAX, e2m1_encode, BF16_DECODE_MIN_EXPONENT, dims=(-1,))
+    return codes.reshape(rows, ngroups * g), scale.reshape(rows, ngroups), zeros
 
 
 def quantize_weight(B: torch.Tensor, fmt: W4Format) -> Operands:
@@ -182,10 +126,7 @@ def quantize_weight(B: torch.Tensor, fmt: W4Format) -> Operands:
     for r0 in range(0, N, _QUANT_ROWS):
         Bg = B[r0:r0 + _QUANT_ROWS].float().reshape(-1, K // fmt.group, fmt.group)
         codes, s, z = _quantize_rows(Bg, fmt)
-        if fmt.codes == "int4":
-            packed.append(pack_int4(codes.to(torch.int8)))
-        else:
-            packed.append(pack_codes(codes))
+        packed.append(pack_int4(codes) if fmt.codes == "int4" else pack_codes(codes))
         scales.append(s)
         zeros.append(z)
     ops = {"B": torch.cat(packed), "scales": torch.cat(scales).T.contiguous()}
@@ -201,7 +142,7 @@ def _quantize(A: torch.Tensor, B: torch.Tensor, fmt: W4Format) -> Operands:
 
 def _per_element(t: torch.Tensor, group: int) -> torch.Tensor:
     """Group-major (K/g, N) -> per element (N, K)."""
-    return t.T.repeat_interleave(group, dim=1)
+    return expand_blocks(t.T, 1, group, t.shape[1], t.shape[0] * group)
 
 
 def weight_values(ops: Operands, fmt: W4Format) -> torch.Tensor:
@@ -240,8 +181,11 @@ def _dequantize(ops: Operands, fmt: W4Format) -> tuple[torch.Tensor, torch.Tenso
     return ops["A"].double(), dequantize_weight(ops, fmt)
 
 
-def emulate_dequant_gemm(ops: Operands, fmt: W4Format) -> torch.Tensor:
-    """The kernels' arithmetic on the CPU: bf16 decoded weights, fp32 accumulation, one bf16 rounding."""
+def emulate_dequant_w4(ops: Operands, fmt: W4Format) -> torch.Tensor:
+    """The kernels' arithmetic on the CPU: bf16 decoded weights, fp32 accumulation, one bf16 rounding.
+
+    The emulation of every variant of the family (``fmt`` their format): each dequant_<format> and
+    torch_dequant_matmul_<format>."""
     w = decode_weight_bf16(ops, fmt)
     return (ops["A"].float() @ w.float().T).to(torch.bfloat16)
 
@@ -402,8 +346,10 @@ def check_tile(fmt: W4Format, K: int, tile: Tile) -> None:
         raise ValueError(f"tile {tile.name} does not fit {fmt.name}: " + "; ".join(problems))
 
 
-def dequant_gemm_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
+def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     """TileLang W4A16 GEMM, weight-as-left-operand: Cᵀ tile (block_N x block_M) = Ŵ tile · A tileᵀ.
+
+    The kernel of every dequant_<format> variant (``fmt`` their format).
 
     Per K block: TMA brings A (block_M, block_K) bf16, the packed weight (block_N, block_K/2) and
     the group scales (and zeros) into shared memory (warp-specialized pipeline); every consumer
@@ -472,7 +418,8 @@ def dequant_gemm_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     return main
 
 
-def _prepare_tilelang(ops: Operands, fmt: W4Format) -> Operands:
+def prepare_dequant_w4(ops: Operands, fmt: W4Format) -> Operands:
+    """The prepare of every dequant_<format> variant."""
     if fmt.has_zeros:
         return {}
     # the kernel signature is the same for every format; an unread one-element dummy stands in for
@@ -480,12 +427,14 @@ def _prepare_tilelang(ops: Operands, fmt: W4Format) -> Operands:
     return {"zeros": torch.empty(1, dtype=torch.bfloat16, device=ops["A"].device)}
 
 
-def _launch_tilelang(kernel, ops: Operands, fmt: W4Format) -> torch.Tensor:
+def launch_dequant_w4(kernel, ops: Operands, fmt: W4Format) -> torch.Tensor:
+    """The launch of every dequant_<format> variant."""
     return kernel(ops["A"], ops["B"], ops["scales"], ops["zeros"])
 
 
-def _launch_torch(kernel, ops: Operands, fmt: W4Format) -> torch.Tensor:
-    # torch ops decode the whole weight to bf16, then cuBLAS multiplies
+def launch_torch_dequant_matmul_w4(kernel, ops: Operands, fmt: W4Format) -> torch.Tensor:
+    """Torch ops decode the whole weight to bf16, then cuBLAS multiplies: the launch of every
+    torch_dequant_matmul_<format> variant."""
     return torch.matmul(ops["A"], decode_weight_bf16(ops, fmt).T)
 
 
@@ -494,45 +443,46 @@ def _launch_torch(kernel, ops: Operands, fmt: W4Format) -> torch.Tensor:
 WGMMA_RS_BF16 = r"wgmma_rs<tl::DataType::kBFloat16, tl::DataType::kBFloat16, tl::DataType::kFloat32"
 MMA_SYNC_BF16 = r"mma_sync<tl::DataType::kBFloat16, tl::DataType::kBFloat16, tl::DataType::kFloat32"
 
-for _fmt in W4_FORMATS.values():
-    register_format(
-        Format(
-            name=_fmt.name,
-            quantize=partial(_quantize, fmt=_fmt),
-            dequantize=partial(_dequantize, fmt=_fmt),
-            reads=("A", "B", "scales", "zeros") if _fmt.has_zeros else ("A", "B", "scales"),
-            description=f"A bf16; weight {_fmt.description}",
-        )
-    )
-    register_variant(
-        Variant(
-            name=f"dequant_{_fmt.name}",
-            family="dequant",
-            input_format=_fmt.name,
-            emulate=partial(emulate_dequant_gemm, fmt=_fmt),
-            launch=partial(_launch_tilelang, fmt=_fmt),
-            prepare=partial(_prepare_tilelang, fmt=_fmt),
-            kernel=partial(dequant_gemm_kernel, fmt=_fmt),
-            out_idx=(4,),
-            # bf16 wgmma accumulates in full fp32 like cuBLAS's bf16 GEMM: the unquantized GEMM is the
-            # matched peer; torch's decode-then-matmul of the same weight is the second column
-            baseline="cublas_bf16",
-            second_baseline=f"torch_dequant_matmul_{_fmt.name}",
-            instructions={"sm_90a": WGMMA_RS_BF16, "sm_89": MMA_SYNC_BF16, "sm_100a": MMA_SYNC_BF16},
-            description=(
-                f"TileLang W4A16 ({_fmt.name}): packed weight decoded in registers straight into the "
-                "wgmma_rs A operand (Cᵀ = Ŵ·Aᵀ), bf16_rn(value·scale), fp32 accumulation, bf16 out"
-            ),
-        )
-    )
-    register_variant(
-        Variant(
-            name=f"torch_dequant_matmul_{_fmt.name}",
-            family="dequant",
-            input_format=_fmt.name,
-            emulate=partial(emulate_dequant_gemm, fmt=_fmt),
-            launch=partial(_launch_torch, fmt=_fmt),
-            baseline="cublas_bf16",
-            description=f"torch ops decode the {_fmt.name} weight to bf16 (bf16_rn(value·scale)), then torch.matmul",
-        )
-    )
+
+def _register(tilelang_name: str, torch_name: str, fmt: W4Format) -> W4Format:
+    """Register the format, its torch decode-then-matmul variant and its TileLang kernel variant."""
+    register_format(Format(
+        name=fmt.name, quantize=partial(_quantize, fmt=fmt), dequantize=partial(_dequantize, fmt=fmt),
+        reads=("A", "B", "scales", "zeros") if fmt.has_zeros else ("A", "B", "scales"), description=f"A bf16; weight {fmt.description}",
+    ))
+    emulate = partial(emulate_dequant_w4, fmt=fmt)
+    torch_variant = register_variant(Variant(
+        name=torch_name, family="dequant", input_format=fmt.name, emulate=emulate,
+        launch=partial(launch_torch_dequant_matmul_w4, fmt=fmt), baseline=CUBLAS_BF16.name,
+        description=f"torch ops decode the {fmt.name} weight to bf16 (bf16_rn(value·scale)), then torch.matmul",
+    ))
+    register_variant(Variant(
+        name=tilelang_name, family="dequant", input_format=fmt.name, emulate=emulate,
+        launch=partial(launch_dequant_w4, fmt=fmt), prepare=partial(prepare_dequant_w4, fmt=fmt),
+        kernel=partial(dequant_w4_kernel, fmt=fmt), out_idx=(4,),
+        # bf16 wgmma accumulates in full fp32 like cuBLAS's bf16 GEMM: the unquantized GEMM is the
+        # matched peer; torch's decode-then-matmul of the same weight is the second column
+        baseline=CUBLAS_BF16.name, second_baseline=torch_variant.name,
+        instructions={"sm_90a": WGMMA_RS_BF16, "sm_89": MMA_SYNC_BF16, "sm_100a": MMA_SYNC_BF16},
+        description=f"TileLang W4A16 ({fmt.name}): packed weight decoded in registers straight into the "
+        "wgmma_rs A operand (Cᵀ = Ŵ·Aᵀ), bf16_rn(value·scale), fp32 accumulation, bf16 out",
+    ))
+    return fmt
+
+
+# name -> W4Format, each registered with its two variants (the format's description names its layout)
+W4_FORMATS = {fmt.name: fmt for fmt in (
+    _register("dequant_w4_int4_sym_g128", "torch_dequant_matmul_w4_int4_sym_g128", W4Format(
+        "w4_int4_sym_g128", "int4", "bfloat16", 128, 0,
+        "int4 q in [-8,7] packed two per byte along K; bf16 scale amax/7 per 128 K, shape (K/128, N)")),
+    _register("dequant_w4_uint4_zp_g128", "torch_dequant_matmul_w4_uint4_zp_g128", W4Format(
+        "w4_uint4_zp_g128", "uint4_zp", "bfloat16", 128, 1,
+        "uint4 codes with bf16 scale (max-min)/15 and bf16 integer zero point per 128 K, value (c - z)·s; scales and zeros (K/128, N)")),
+    _register("dequant_w4_e2m1_g32", "torch_dequant_matmul_w4_e2m1_g32", W4Format(
+        "w4_e2m1_g32", "e2m1", "bfloat16", 32, 2,
+        "fp4 e2m1 codes packed two per byte along K; bf16 scale amax/6 per 32 K, shape (K/32, N)")),
+    _register("dequant_w4_mxfp4", "torch_dequant_matmul_w4_mxfp4", W4Format(
+        "w4_mxfp4", "e2m1", "e8m0", 32, 3,
+        "OCP MX fp4: e2m1 codes, E8M0 scale (uint8, bias 127) per 32 K, shape (K/32, N); exponent floor(log2 amax) - 2, "
+        "codes saturate at ±6")),
+)}

@@ -15,20 +15,21 @@ from functools import partial
 
 import torch
 
+from kernels.formats import E4M3, E4M3_MAX, E5M2, E5M2_MAX, check_operand, quantize_tensor, saturate_fp8
 from kernels.registry import Format, Operands, Variant, register_format, register_variant
-from kernels.scales import amax_scale, check_operand
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
 
+# kind -> (torch dtype, TileLang dtype, largest finite value)
 FP8 = {
-    "e4m3": (torch.float8_e4m3fn, "float8_e4m3fn", 448.0),
-    "e5m2": (torch.float8_e5m2, "float8_e5m2", 57344.0),
+    "e4m3": (E4M3, "float8_e4m3fn", E4M3_MAX),
+    "e5m2": (E5M2, "float8_e5m2", E5M2_MAX),
 }
 
 
 def quantize_fp8(x: torch.Tensor, kind: str, *, operand: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-tensor fp8 quantization: scale = amax / fp8_max (``scales.amax_scale``: never below fp32's
-    smallest normal, 1 for an all-zero tensor); values clamped before the cast.
+    """Per-tensor fp8 quantization: scale = amax / fp8_max (``formats.amax_scale``: never below fp32's
+    smallest normal, 1 for an all-zero tensor); values clamped before the cast (``formats.saturate_fp8``).
 
     torch's fp8 casts do not saturate (out-of-range values become NaN/Inf), hence the clamp.
     Returns (q, scale) with ``q.float() * scale ≈ x`` and scale a float32 tensor of shape (1,).
@@ -38,9 +39,7 @@ def quantize_fp8(x: torch.Tensor, kind: str, *, operand: str | None = None) -> t
         raise ValueError(f"unknown fp8 kind {kind!r}; expected one of {sorted(FP8)}")
     check_operand(x, "quantize_fp8", operand)
     torch_dtype, _, fmax = FP8[kind]
-    scale = amax_scale(x.abs().max(), fmax, torch.float32)
-    q = (x.float() / scale).clamp(-fmax, fmax).to(torch_dtype)
-    return q, scale.reshape(1)
+    return quantize_tensor(x, fmax, partial(saturate_fp8, dtype=torch_dtype))
 
 
 def _quantize_pair(A: torch.Tensor, B: torch.Tensor, kind: str) -> Operands:
@@ -53,14 +52,18 @@ def _dequantize_pair(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
     return ops["A"].double() * ops["scale_a"].double(), ops["B"].double() * ops["scale_b"].double()
 
 
-def emulate_fp8_gemm(ops: Operands) -> torch.Tensor:
-    """The kernel's arithmetic on the CPU: exact fp8 products, fp32 accumulation, scaled epilogue, bf16."""
+def emulate_fp8(ops: Operands) -> torch.Tensor:
+    """The kernel's arithmetic on the CPU: exact fp8 products, fp32 accumulation, scaled epilogue, bf16.
+
+    The emulation of fp8_e4m3, fp8_e5m2, cublas_fp8_e4m3 and cublas_fp8_e4m3_fastacc."""
     acc = ops["A"].float() @ ops["B"].float().T
     return (acc * (ops["scale_a"] * ops["scale_b"])).to(torch.bfloat16)
 
 
-def gemm_fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype: str = "bfloat16"):
-    """TileLang fp8 GEMM: TMA-fed pipelined ``T.gemm`` with A (M,K), B (N,K), transpose_B=True."""
+def fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype: str = "bfloat16"):
+    """TileLang fp8 GEMM: TMA-fed pipelined ``T.gemm`` with A (M,K), B (N,K), transpose_B=True.
+
+    The kernel of fp8_e4m3 and fp8_e5m2 (``in_dtype`` "float8_e4m3fn" / "float8_e5m2")."""
     import tilelang.language as T
 
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
@@ -85,24 +88,27 @@ def gemm_fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype
     return main
 
 
-def _prepare_tilelang(ops: Operands) -> Operands:
-    # the epilogue's one scale, s_a·s_b, made once with the operands: a product per call would be a
-    # second kernel inside the timed window that the cuBLAS peer does not pay
+def prepare_fp8(ops: Operands) -> Operands:
+    """The epilogue's one scale, s_a·s_b, made once with the operands (also fp8_e5m2's): a product per
+    call would be a second kernel inside the timed window that the cuBLAS peer does not pay."""
     return {"scale": (ops["scale_a"] * ops["scale_b"]).reshape(1)}
 
 
-def _launch_tilelang(kernel, ops: Operands) -> torch.Tensor:
+def launch_fp8(kernel, ops: Operands) -> torch.Tensor:
+    """The launch of fp8_e4m3 and fp8_e5m2."""
     return kernel(ops["A"], ops["B"], ops["scale"])
 
 
-def _scaled_mm_shape_limit(M: int, N: int, K: int) -> str | None:
-    # cuBLASLt fp8 GEMMs need 16-element aligned leading dimensions; torch checks N and K
+def cublaslt_fp8_shape_limit(M: int, N: int, K: int) -> str | None:
+    """cuBLASLt fp8 GEMMs need 16-element aligned leading dimensions; torch checks N and K. The shape
+    limit of cublas_fp8_e4m3, cublas_fp8_e4m3_fastacc and kernels.blockscaled's cublas_blockwise_fp8."""
     if N % 16 or K % 16:
         return f"cuBLASLt fp8 needs N and K divisible by 16 (N={N}, K={K})"
     return None
 
 
-def _launch_scaled_mm(kernel, ops: Operands, fast_accum: bool) -> torch.Tensor:
+def launch_cublas_fp8_e4m3(kernel, ops: Operands, fast_accum: bool) -> torch.Tensor:
+    """torch._scaled_mm, tensorwise scales; also cublas_fp8_e4m3_fastacc's launch (``fast_accum`` True)."""
     # B (N,K) row-major transposed is the column-major (K,N) operand cuBLASLt wants.
     return torch._scaled_mm(
         ops["A"],
@@ -121,53 +127,43 @@ FP8_TAGS = {"e4m3": "kFloat8_e4m3", "e5m2": "kFloat8_e5m2"}
 FP8_WGMMA_SS = {k: rf"wgmma_ss<tl::DataType::{t}, tl::DataType::{t}, tl::DataType::kFloat32" for k, t in FP8_TAGS.items()}
 FP8_MMA_SYNC = {k: rf"mma_sync<tl::DataType::{t}, tl::DataType::{t}, tl::DataType::kFloat32" for k, t in FP8_TAGS.items()}
 
-for _kind, (_, _tl_dtype, _fmax) in FP8.items():
-    register_format(
-        Format(
-            name=f"fp8_{_kind}_tensor",
-            quantize=partial(_quantize_pair, kind=_kind),
-            dequantize=_dequantize_pair,
-            reads=("A", "B", "scale_a", "scale_b"),
-            description=f"{_kind} values, one fp32 scale per tensor (amax/{_fmax:g}), clamped before the cast",
-        )
-    )
-    register_variant(
-        Variant(
-            name=f"fp8_{_kind}",
-            family="fp8",
-            input_format=f"fp8_{_kind}_tensor",
-            emulate=emulate_fp8_gemm,
-            launch=_launch_tilelang,
-            prepare=_prepare_tilelang,
-            kernel=partial(gemm_fp8_kernel, in_dtype=_tl_dtype),
-            out_idx=(3,),
-            precision="fp8",
-            # T.gemm's fp8 wgmma keeps the tensor core's accumulator (no promotion to fp32 every few K
-            # blocks), which is cuBLAS's fast accumulation; the promoted call is the second column.
-            # cuBLAS has no e5m2 x e5m2 GEMM: e4m3 is the nearest library peer for both.
-            baseline="cublas_fp8_e4m3_fastacc",
-            second_baseline="cublas_fp8_e4m3",
-            instructions={"sm_90a": FP8_WGMMA_SS[_kind], "sm_89": FP8_MMA_SYNC[_kind], "sm_100a": FP8_MMA_SYNC[_kind]},
-            description=f"TileLang {_kind}×{_kind} GEMM, accumulated in wgmma's fp8 accumulator (fp32 registers, "
-            "reduced-precision adds) without promotion, like cuBLAS fast accumulation; per-tensor scales in the "
-            "epilogue, bf16 out",
-        )
-    )
 
-for _suffix, _fast, _how in (
-    ("", False, "default accumulation: the partial sums are promoted to full fp32 every few K blocks"),
-    ("_fastacc", True, "use_fast_accum=True: accumulates like wgmma, no promotion"),
-):
-    register_variant(
-        Variant(
-            name=f"cublas_fp8_e4m3{_suffix}",
-            family="fp8",
-            input_format="fp8_e4m3_tensor",
-            emulate=emulate_fp8_gemm,
-            launch=partial(_launch_scaled_mm, fast_accum=_fast),
-            min_cc=89,
-            shape_limit=_scaled_mm_shape_limit,
-            precision="fp8",
-            description=f"torch._scaled_mm (cuBLASLt) e4m3, tensorwise scales, bf16 out, {_how}",
-        )
-    )
+def _register_format(name: str, kind: str) -> Format:
+    return register_format(Format(
+        name=name, quantize=partial(_quantize_pair, kind=kind), dequantize=_dequantize_pair,
+        reads=("A", "B", "scale_a", "scale_b"),
+        description=f"{kind} values, one fp32 scale per tensor (amax/{FP8[kind][2]:g}), clamped before the cast",
+    ))
+
+
+def _register_cublas(name: str, fast_accum: bool, how: str) -> Variant:
+    return register_variant(Variant(
+        name=name, family="fp8", input_format=FP8_E4M3_TENSOR.name, emulate=emulate_fp8,
+        launch=partial(launch_cublas_fp8_e4m3, fast_accum=fast_accum), min_cc=89, shape_limit=cublaslt_fp8_shape_limit,
+        precision="fp8", description=f"torch._scaled_mm (cuBLASLt) e4m3, tensorwise scales, bf16 out, {how}",
+    ))
+
+
+def _register_tilelang(name: str, fmt: Format, kind: str) -> Variant:
+    return register_variant(Variant(
+        name=name, family="fp8", input_format=fmt.name, emulate=emulate_fp8, launch=launch_fp8,
+        prepare=prepare_fp8, kernel=partial(fp8_kernel, in_dtype=FP8[kind][1]), out_idx=(3,), precision="fp8",
+        # T.gemm's fp8 wgmma keeps the tensor core's accumulator (no promotion to fp32 every few K
+        # blocks), which is cuBLAS's fast accumulation; the promoted call is the second column.
+        # cuBLAS has no e5m2 x e5m2 GEMM: e4m3 is the nearest library peer for both.
+        baseline=CUBLAS_FP8_E4M3_FASTACC.name,
+        second_baseline=CUBLAS_FP8_E4M3.name,
+        instructions={"sm_90a": FP8_WGMMA_SS[kind], "sm_89": FP8_MMA_SYNC[kind], "sm_100a": FP8_MMA_SYNC[kind]},
+        description=f"TileLang {kind}×{kind} GEMM, accumulated in wgmma's fp8 accumulator (fp32 registers, "
+        "reduced-precision adds) without promotion, like cuBLAS fast accumulation; per-tensor scales in the "
+        "epilogue, bf16 out",
+    ))
+
+
+FP8_E4M3_TENSOR = _register_format("fp8_e4m3_tensor", "e4m3")
+FP8_E5M2_TENSOR = _register_format("fp8_e5m2_tensor", "e5m2")
+CUBLAS_FP8_E4M3 = _register_cublas(
+    "cublas_fp8_e4m3", False, "default accumulation: the partial sums are promoted to full fp32 every few K blocks")
+CUBLAS_FP8_E4M3_FASTACC = _register_cublas("cublas_fp8_e4m3_fastacc", True, "use_fast_accum=True: accumulates like wgmma, no promotion")
+FP8_E4M3 = _register_tilelang("fp8_e4m3", FP8_E4M3_TENSOR, "e4m3")
+FP8_E5M2 = _register_tilelang("fp8_e5m2", FP8_E5M2_TENSOR, "e5m2")

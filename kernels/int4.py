@@ -1,7 +1,7 @@
 """int4 GEMM family: C = A_int · B_intᵀ in int32, A (M,K), B (N,K) holding int4 values in [-8, 7].
 
 Operands are quantized per tensor (symmetric, scale = amax / 7) and packed two per byte along K with
-``pack_int4`` (element 2i in the low nibble, 2i+1 in the high nibble), the seed's convention.
+``formats.pack_int4`` (element 2i in the low nibble, 2i+1 in the high nibble), the seed's convention.
 Every variant returns the exact int32 product; ``to_real`` applies s_a · s_b.
 
 Variants:
@@ -13,12 +13,16 @@ Variants:
   the wgmma register fragment, B into a shared tile. Two K blocks per pipeline stage let the decode
   of one block overlap the asynchronous ``wgmma`` of the other.
 - ``int4_unpack_s8_ss``: the same with both decoded operands in shared memory (simpler fallback).
-- ``int8_torch_int_mm`` / ``int8_tilelang``: int8 baselines on the same values already unpacked
-  to int8 (format ``int4_tensor_unpacked_s8``), so they time only the GEMM.
 
-Inside ``int4_unpack_s8*`` the decoded K order inside each K block differs from the logical one
-(low nibbles first, then high nibbles, see ``decoded_k_order``). A and B use the same order, so the
-dot products over K, and hence C, are unchanged.
+The int4 family's peers, in the section "int8 peers" below: ``int8_torch_int_mm`` / ``int8_tilelang``,
+int8 GEMMs (family "int4") on the same values already unpacked to int8 (format
+``int4_tensor_unpacked_s8``), so they time only the GEMM.
+
+Inside ``int4_unpack_s8*`` the decoded K order inside each K block differs from the logical one: decoded
+column j < block_K/2 holds the low nibble of packed byte j (logical K 2j), column block_K/2 + j its high
+nibble (logical 2j + 1). A and B use the same order, so the dot products over K, and hence C, are
+unchanged. The nibble arithmetic (``select_nibbles``, ``sign_extend_nibbles``) is written once at module
+level: the kernel calls it with ``T.uint32``, the tests with ``int`` on torch tensors.
 
 TileLang evaluates a prim_func's annotations with the factory's closure variables, so this module
 must not use ``from __future__ import annotations``.
@@ -28,57 +32,14 @@ from functools import partial
 
 import torch
 
+from kernels.formats import INT4_MAX, INT4_MIN, check_operand, encode_int4, pack_int4, quantize_tensor, unpack_int4
 from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
-from kernels.scales import amax_scale, check_operand
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
 
-INT4_MIN, INT4_MAX = -8, 7
 # |a·b| <= 64 per term, so |C| <= 64·K: the int32 accumulator cannot overflow for K < 2^25.
 MAX_EXACT_K = 1 << 25
 HOPPER_MAX_SMEM = 227 * 1024  # opt-in dynamic shared memory per block on sm_90
-
-
-# ---------------------------------------------------------------------------------------------
-# Packing
-# ---------------------------------------------------------------------------------------------
-
-
-def pack_int4(tensor: torch.Tensor) -> torch.Tensor:
-    """Pack logical int4 values (int8 in [-8, 7]) two per byte along the last dim.
-
-    Element 2i goes to the low nibble and 2i+1 to the high nibble of byte i; the result is int8
-    of shape (..., K/2).
-    """
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"pack_int4 expects a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.dtype != torch.int8:
-        raise TypeError(f"pack_int4 expects logical int4 values stored as torch.int8, got {tensor.dtype}")
-    if tensor.ndim == 0:
-        raise ValueError("pack_int4 needs at least one dimension to pack along; got a 0-dim tensor")
-    if tensor.shape[-1] % 2:
-        raise ValueError(f"pack_int4 needs an even last dimension, got shape {tuple(tensor.shape)}")
-    if tensor.numel() and (int(tensor.min()) < INT4_MIN or int(tensor.max()) > INT4_MAX):
-        raise ValueError(
-            f"pack_int4 values must lie in [{INT4_MIN}, {INT4_MAX}], got range "
-            f"[{int(tensor.min())}, {int(tensor.max())}]"
-        )
-    t16 = tensor.to(torch.int16)
-    packed = (t16[..., 0::2] & 0x0F) | ((t16[..., 1::2] & 0x0F) << 4)
-    return packed.to(torch.int8).contiguous()
-
-
-def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
-    """Inverse of ``pack_int4``: int8 (..., K/2) -> int8 (..., K) with sign-extended nibbles."""
-    if not isinstance(packed, torch.Tensor):
-        raise TypeError(f"unpack_int4 expects a torch.Tensor, got {type(packed).__name__}")
-    if packed.dtype != torch.int8:
-        raise TypeError(f"unpack_int4 expects packed bytes stored as torch.int8, got {packed.dtype}")
-    if packed.ndim == 0:
-        raise ValueError("unpack_int4 needs at least one dimension to unpack along; got a 0-dim tensor")
-    low = ((packed & 0x0F) ^ 8) - 8  # sign-extend the low nibble
-    high = packed >> 4  # arithmetic shift sign-extends the high nibble
-    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2).contiguous()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,14 +50,12 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 def quantize_int4(x: torch.Tensor, *, operand: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-tensor int4: scale = amax / 7, q = clamp(round(x / scale), -8, 7).
 
-    The scale comes from ``scales.amax_scale`` (never below fp32's smallest normal, 1 for an all-zero
+    The scale comes from ``formats.amax_scale`` (never below fp32's smallest normal, 1 for an all-zero
     tensor). Rounding is torch.round (to nearest, ties to even). Returns (q int8, scale float32 of shape
     (1,)). ``operand`` (e.g. "A") names the tensor in error messages.
     """
     check_operand(x, "quantize_int4", operand)
-    scale = amax_scale(x.abs().max(), INT4_MAX, torch.float32)
-    q = torch.round(x.float() / scale).clamp(INT4_MIN, INT4_MAX).to(torch.int8)
-    return q, scale.reshape(1)
+    return quantize_tensor(x, INT4_MAX, encode_int4)
 
 
 def _quantize_packed(A: torch.Tensor, B: torch.Tensor) -> Operands:
@@ -123,25 +82,16 @@ def _dequantize(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
     return a.double() * ops["scale_a"].double(), b.double() * ops["scale_b"].double()
 
 
-register_format(
-    Format(
-        name="int4_tensor",
-        quantize=_quantize_packed,
-        dequantize=_dequantize,
-        reads=("A_packed", "B_packed"),  # the scales are applied to the int32 result, outside the kernel
-        description="int4 in [-8,7], one fp32 scale per tensor (amax/7, round to nearest, clamp), "
-        "packed two per byte along K: A_packed (M,K/2), B_packed (N,K/2) int8",
-    )
-)
-register_format(
-    Format(
-        name="int4_tensor_unpacked_s8",
-        quantize=_quantize_unpacked,
-        dequantize=_dequantize,
-        reads=("A", "B"),
-        description="the int4_tensor values already unpacked to int8: A (M,K), B (N,K), same scales",
-    )
-)
+INT4_TENSOR = register_format(Format(
+    "int4_tensor", _quantize_packed, _dequantize,
+    reads=("A_packed", "B_packed"),  # the scales are applied to the int32 result, outside the kernel
+    description="int4 in [-8,7], one fp32 scale per tensor (amax/7, round to nearest, clamp), "
+    "packed two per byte along K: A_packed (M,K/2), B_packed (N,K/2) int8",
+))
+INT4_TENSOR_UNPACKED_S8 = register_format(Format(
+    "int4_tensor_unpacked_s8", _quantize_unpacked, _dequantize, reads=("A", "B"),
+    description="the int4_tensor values already unpacked to int8: A (M,K), B (N,K), same scales",
+))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,7 +118,10 @@ def check_int32_accumulation(K: int) -> None:
 
 
 def emulate_int_gemm(ops: Operands) -> torch.Tensor:
-    """The kernels' arithmetic: exact integer products and sums, int32 result (exact for K < 2^25)."""
+    """The kernels' arithmetic: exact integer products and sums, int32 result (exact for K < 2^25).
+
+    The emulation of every variant of the family: int4_mma, int4_unpack_s8, int4_unpack_s8_ss and the
+    int8 peers int8_tilelang and int8_torch_int_mm."""
     a, _ = int_operands(ops)
     check_int32_accumulation(a.shape[-1])
     return exact_int_product(ops).to(torch.int32)
@@ -178,33 +131,23 @@ def int_to_real(out: torch.Tensor, ops: Operands) -> torch.Tensor:
     return out.double() * (ops["scale_a"].double() * ops["scale_b"].double())
 
 
-def decoded_k_order(block_K: int) -> torch.Tensor:
-    """Logical K index held at each decoded column of one K block inside ``int4_unpack_s8*``.
-
-    Decoded column j < block_K/2 holds the low nibble of packed byte j (logical 2j); column
-    block_K/2 + j holds its high nibble (logical 2j + 1).
-    """
-    half = block_K // 2
-    j = torch.arange(block_K)
-    return torch.where(j < half, 2 * j, 2 * (j - half) + 1)
+# ---------------------------------------------------------------------------------------------
+# The nibble decode of int4_unpack_s8*: one Python expression for the kernel and the tests.
+# ``const`` makes a 32-bit constant: T.uint32 in the kernel (uint32 arithmetic), int in the tests
+# (torch int64 tensors holding the words, 0 <= word < 2^32: no step of it leaves 32 bits).
+# ---------------------------------------------------------------------------------------------
 
 
-def decode_packed_words(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU mirror of the kernel's word decode: int32 words of 8 nibbles -> (low, high) int32 words.
+def select_nibbles(word, const, shift=None):
+    """The low nibble of each byte lane of a 32-bit word (``shift`` None), or of ``word >> shift``
+    (shift 4: the high nibbles), as four lanes of 0..15."""
+    return (word if shift is None else word >> shift) & const(0x0F0F0F0F)
 
-    Byte b of ``low`` is the sign-extended low nibble of byte b of the input, likewise for ``high``;
-    sign extension ORs 0xF0 into each lane whose nibble has bit 3 set ((x & 0x08) * 0x1E = 0xF0,
-    which never carries into the next byte).
-    """
-    u = words.to(torch.int64) & 0xFFFFFFFF
 
-    def sext(x: torch.Tensor) -> torch.Tensor:
-        return (x | ((x & 0x08080808) * 0x1E)) & 0xFFFFFFFF
-
-    low = sext(u & 0x0F0F0F0F)
-    high = sext((u >> 4) & 0x0F0F0F0F)
-    to_i32 = lambda v: torch.where(v >= 1 << 31, v - (1 << 32), v).to(torch.int32)  # noqa: E731
-    return to_i32(low), to_i32(high)
+def sign_extend_nibbles(x, const):
+    """Four nibbles (0..15) in byte lanes -> four sign-extended int8 lanes; no cross-lane carry: each
+    lane whose nibble has bit 3 set gets 0xF0 ORed in ((x & 0x08) * 0x1E = 0xF0)."""
+    return x | ((x & const(0x08080808)) * const(0x1E))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +159,7 @@ def _policy(T, tile: Tile):
     return getattr(T.GemmWarpPolicy, tile.policy)
 
 
-def gemm_int4_mma_kernel(M: int, N: int, K: int, tile: Tile):
+def int4_mma_kernel(M: int, N: int, K: int, tile: Tile):
     """The seed's int4 GEMM: ``T.int4`` A (M,K), B (N,K), int32 accumulator, transpose_B=True.
 
     TileLang binds a ``T.int4`` (rows, K) tensor to an int8 torch tensor of shape (rows, K/2)
@@ -247,9 +190,17 @@ def gemm_int4_mma_kernel(M: int, N: int, K: int, tile: Tile):
     return main
 
 
-def gemm_int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_registers: bool = True):
+def int4_unpack_s8_shape_limit(M: int, N: int, K: int) -> str | None:
+    """Also int4_unpack_s8_ss's shape limit."""
+    if K % 32:
+        return f"int4_unpack_s8 needs K divisible by 32 (TMA: packed rows of K/2 bytes 16-byte aligned), K={K}"
+    return None
+
+
+def int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_registers: bool = True):
     """Packed int4 in global memory, decoded to int8 in the kernel, s8 ``wgmma``, int32 out (Hopper).
 
+    Also int4_unpack_s8_ss's kernel (``a_in_registers`` False).
     The packed operands are passed as int32 views, A (M, K/8) and B (N, K/8): one word = 8 nibbles.
     Each pipeline stage TMA-loads two K blocks (2·block_K values) of packed A and B. Per K block s:
     B is decoded into shared tile B{s} (16 packed bytes -> two 16-byte stores per thread), A into
@@ -262,7 +213,7 @@ def gemm_int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_register
     from tilelang.layout import make_swizzled_layout
 
     bM, bN, bK, threads = tile.block_M, tile.block_N, tile.block_K, tile.threads
-    if reason := unpack_s8_shape_limit(M, N, K):  # the variants' declared shape_limit: a known refusal
+    if reason := int4_unpack_s8_shape_limit(M, N, K):  # the variants' declared shape_limit: a known refusal
         raise Unsupported(reason)
     if bK % 32:
         raise ValueError(f"int4_unpack_s8: block_K={bK} must be a multiple of 32 (s8 wgmma k32, 16-byte decode chunks)")
@@ -282,11 +233,6 @@ def gemm_int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_register
     half = bK // 2
     chunks = bKw // 4  # 16-byte chunks of packed words per row per K block
     policy = _policy(T, tile)
-    low_nibbles = T.uint32(0x0F0F0F0F)
-
-    def sext_nibbles(x):
-        # four nibbles (0..15) in byte lanes -> four sign-extended int8 lanes; no cross-lane carry
-        return x | ((x & T.uint32(0x08080808)) * T.uint32(0x1E))
 
     @T.macro
     def decode_to_shared(P, col0, D, rows, tx, packed, decoded, decoded_bytes):
@@ -298,8 +244,8 @@ def gemm_int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_register
                 packed[v] = P[r, col0 + c * 4 + v]
             for v in T.unroll(4):
                 u = T.Cast("uint32", packed[v])
-                decoded[v] = T.Cast("int32", sext_nibbles(u & low_nibbles))
-                decoded[4 + v] = T.Cast("int32", sext_nibbles((u >> T.uint32(4)) & low_nibbles))
+                decoded[v] = T.Cast("int32", sign_extend_nibbles(select_nibbles(u, T.uint32), T.uint32))
+                decoded[4 + v] = T.Cast("int32", sign_extend_nibbles(select_nibbles(u, T.uint32, T.uint32(4)), T.uint32))
             for v in T.vectorized(16):
                 D[r, c * 16 + v] = decoded_bytes[v]
             for v in T.vectorized(16):
@@ -310,8 +256,8 @@ def gemm_int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_register
         # Same K order as decode_to_shared; the vectorizer packs 4 lanes into one register.
         for i, j in T.Parallel(rows, bK):
             word = T.Cast("uint32", P[i, col0 + (j % half) // 4])
-            nibbles = (word >> T.Cast("uint32", 4 * (j // half))) & low_nibbles
-            F[i, j] = T.Cast("int8", sext_nibbles(nibbles) >> T.Cast("uint32", 8 * (j % 4)))
+            nibbles = select_nibbles(word, T.uint32, T.Cast("uint32", 4 * (j // half)))
+            F[i, j] = T.Cast("int8", sign_extend_nibbles(nibbles, T.uint32) >> T.Cast("uint32", 8 * (j % 4)))
 
     @T.prim_func
     def main(
@@ -357,72 +303,19 @@ def gemm_int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_register
     return main
 
 
-def gemm_int8_kernel(M: int, N: int, K: int, tile: Tile):
-    """TileLang int8 GEMM (baseline): TMA-fed pipelined ``T.gemm``, A (M,K), B (N,K), int32 out."""
-    import tilelang.language as T
-
-    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
-    mainloop = tn_mainloop(tile, K)
-
-    @T.prim_func
-    def main(
-        A: T.Tensor((M, K), "int8"),
-        B: T.Tensor((N, K), "int8"),
-        C: T.Tensor((M, N), "int32"),
-    ):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
-            A_shared = T.alloc_shared((bM, bK), "int8")
-            B_shared = T.alloc_shared((bN, bK), "int8")
-            C_local = T.alloc_fragment((bM, bN), "int32")
-            mainloop(A, B, A_shared, B_shared, C_local, bx, by)
-            T.copy(C_local, C[by * bM, bx * bN])
-
-    return main
-
-
 # ---------------------------------------------------------------------------------------------
 # Launches (GPU) and self checks
 # ---------------------------------------------------------------------------------------------
 
 
-def _launch_int4_mma(kernel, ops: Operands) -> torch.Tensor:
+def launch_int4_mma(kernel, ops: Operands) -> torch.Tensor:
     return kernel(ops["A_packed"], ops["B_packed"])
 
 
-def _launch_int4_unpack_s8(kernel, ops: Operands) -> torch.Tensor:
+def launch_int4_unpack_s8(kernel, ops: Operands) -> torch.Tensor:
+    """Also int4_unpack_s8_ss's launch."""
     # same bytes, read as words of 8 nibbles (a view, no copy)
     return kernel(ops["A_packed"].view(torch.int32), ops["B_packed"].view(torch.int32))
-
-
-def _launch_int8_tilelang(kernel, ops: Operands) -> torch.Tensor:
-    return kernel(ops["A"], ops["B"])
-
-
-def int_mm_shape_limit(M: int, N: int, K: int) -> str | None:
-    """Why torch._int_mm (cuBLASLt int8) cannot run (M, N, K), or None: it needs M > 16, K and N
-    positive multiples of 8."""
-    problems = []
-    if M <= 16:
-        problems.append(f"M={M} must be > 16")
-    if K <= 0 or K % 8:
-        problems.append(f"K={K} must be a positive multiple of 8")
-    if N <= 0 or N % 8:
-        problems.append(f"N={N} must be a positive multiple of 8")
-    return "torch._int_mm cannot run this shape: " + "; ".join(problems) if problems else None
-
-
-def _launch_int_mm(kernel, ops: Operands) -> torch.Tensor:
-    a, b = ops["A"], ops["B"]
-    if reason := int_mm_shape_limit(a.shape[0], b.shape[0], a.shape[1]):
-        raise ValueError(reason)
-    # B (N,K) row-major transposed is the column-major (K,N) operand cuBLASLt's int8 path wants.
-    return torch._int_mm(a, b.T)
-
-
-def unpack_s8_shape_limit(M: int, N: int, K: int) -> str | None:
-    if K % 32:
-        return f"int4_unpack_s8 needs K divisible by 32 (TMA: packed rows of K/2 bytes 16-byte aligned), K={K}"
-    return None
 
 
 def int4_self_checks(launch_fn, M: int, N: int, K: int, device) -> dict[str, bool]:
@@ -460,9 +353,13 @@ def int4_self_checks(launch_fn, M: int, N: int, K: int, device) -> dict[str, boo
     return {"extremes_exact": extremes, "k_order_exact": matches(a_pat, b_pat, expected)}
 
 
-# ---------------------------------------------------------------------------------------------
-# Registration
-# ---------------------------------------------------------------------------------------------
+def _register(name: str, fmt: Format, launch, **fields) -> Variant:
+    # throughput is reported as a fraction of the int8 peak (torch._int_mm, harness.ceilings)
+    return register_variant(Variant(
+        name=name, family="int4", input_format=fmt.name, launch=launch, emulate=emulate_int_gemm,
+        exact_reference=exact_int_product, to_real=int_to_real, ops_unit="TOPS", precision="int8", **fields,
+    ))
+
 
 # Regexes over the generated CUDA source (TileLang emits templated calls, not raw PTX).
 S4_MMA = r"mma_sync<tl::DataType::kInt4, tl::DataType::kInt4, tl::DataType::kInt32"
@@ -470,82 +367,106 @@ S8_MMA = r"mma_sync<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt
 S8_WGMMA_SS = r"wgmma_ss<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt32"
 S8_WGMMA_RS = r"wgmma_rs<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt32"
 
+
+# ---------------------------------------------------------------------------------------------
+# int8 peers (family "int4"): int8 GEMMs on the int4 values already unpacked to int8
+# (int4_tensor_unpacked_s8), so they time only the GEMM; torch._int_mm is the matched peer of
+# every int4 kernel (the speedup is taken against it on the same values)
+# ---------------------------------------------------------------------------------------------
+
+
+def int8_tilelang_kernel(M: int, N: int, K: int, tile: Tile):
+    """TileLang int8 GEMM (baseline): TMA-fed pipelined ``T.gemm``, A (M,K), B (N,K), int32 out."""
+    import tilelang.language as T
+
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    mainloop = tn_mainloop(tile, K)
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "int8"),
+        B: T.Tensor((N, K), "int8"),
+        C: T.Tensor((M, N), "int32"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
+            A_shared = T.alloc_shared((bM, bK), "int8")
+            B_shared = T.alloc_shared((bN, bK), "int8")
+            C_local = T.alloc_fragment((bM, bN), "int32")
+            mainloop(A, B, A_shared, B_shared, C_local, bx, by)
+            T.copy(C_local, C[by * bM, bx * bN])
+
+    return main
+
+
+def launch_int8_tilelang(kernel, ops: Operands) -> torch.Tensor:
+    return kernel(ops["A"], ops["B"])
+
+
+def int8_torch_int_mm_shape_limit(M: int, N: int, K: int) -> str | None:
+    """Why torch._int_mm (cuBLASLt int8) cannot run (M, N, K), or None: it needs M > 16, K and N
+    positive multiples of 8."""
+    problems = []
+    if M <= 16:
+        problems.append(f"M={M} must be > 16")
+    if K <= 0 or K % 8:
+        problems.append(f"K={K} must be a positive multiple of 8")
+    if N <= 0 or N % 8:
+        problems.append(f"N={N} must be a positive multiple of 8")
+    return "torch._int_mm cannot run this shape: " + "; ".join(problems) if problems else None
+
+
+def launch_int8_torch_int_mm(kernel, ops: Operands) -> torch.Tensor:
+    a, b = ops["A"], ops["B"]
+    if reason := int8_torch_int_mm_shape_limit(a.shape[0], b.shape[0], a.shape[1]):
+        raise ValueError(reason)
+    # B (N,K) row-major transposed is the column-major (K,N) operand cuBLASLt's int8 path wants.
+    return torch._int_mm(a, b.T)
+
+
+INT8_TORCH_INT_MM = _register(
+    "int8_torch_int_mm", INT4_TENSOR_UNPACKED_S8, launch_int8_torch_int_mm, min_cc=75,
+    shape_limit=int8_torch_int_mm_shape_limit,
+    description="torch._int_mm (cuBLASLt int8, int32 out) on the int4 values pre-unpacked to int8; "
+    "needs M > 16 and K, N multiples of 8",
+)
+INT8_TILELANG = _register(
+    "int8_tilelang", INT4_TENSOR_UNPACKED_S8, launch_int8_tilelang, kernel=int8_tilelang_kernel, out_idx=(2,),
+    instructions={"sm_89": S8_MMA, "sm_90a": S8_WGMMA_SS, "sm_100a": S8_MMA}, baseline=INT8_TORCH_INT_MM.name,
+    description="TileLang int8 GEMM (s8 wgmma on Hopper) on the int4 values pre-unpacked to int8, int32 out",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The int4 variants
+# ---------------------------------------------------------------------------------------------
+
 # The TMA lowering has no 4-bit type ("Check failed: (0) is false: int4"); without warp
 # specialization the T.int4 copies use cp.async and the kernel builds.
 _NO_WS = {"tl.disable_warp_specialized": True}
 _WGMMA_ONLY = (
     "built on T.wgmma_gemm (explicit asynchronous Hopper wgmma), which TileLang refuses to lower "
-    "for {arch}; the unpacked-int8 route there is int8_tilelang"
+    "for {arch}; the unpacked-int8 route there is {int8_tilelang}"
 )
 
-# throughput is reported as a fraction of the int8 peak (torch._int_mm, harness.ceilings) and the
-# speedup against torch._int_mm on the same values
-_COMMON = dict(
-    family="int4",
-    emulate=emulate_int_gemm,
-    exact_reference=exact_int_product,
-    to_real=int_to_real,
-    ops_unit="TOPS",
-    precision="int8",
-)
-_VS_INT_MM = dict(baseline="int8_torch_int_mm", **_COMMON)
 
-register_variant(
-    Variant(
-        name="int4_mma",
-        input_format="int4_tensor",
-        launch=_launch_int4_mma,
-        kernel=gemm_int4_mma_kernel,
-        out_idx=(2,),
-        instructions={"sm_89": S4_MMA, "sm_90a": S4_MMA, "sm_100a": S4_MMA},
-        pass_configs={"sm_90a": _NO_WS, "sm_100a": _NO_WS},
-        self_checks=int4_self_checks,
-        description="the seed's TileLang int4 GEMM (T.int4 operands, s4 mma.sync, int32 accumulation); "
-        "emulated s4 mma on Hopper, warp specialization off there",
-        **_VS_INT_MM,
+def _register_unpack_s8(name: str, a_in_registers: bool, instruction: str, what: str) -> Variant:
+    return _register(
+        name, INT4_TENSOR, launch_int4_unpack_s8, kernel=partial(int4_unpack_s8_kernel, a_in_registers=a_in_registers),
+        out_idx=(2,), instructions={"sm_90a": instruction}, self_checks=int4_self_checks,
+        unsupported={a: _WGMMA_ONLY.format(arch=a, int8_tilelang=INT8_TILELANG.name) for a in ("sm_89", "sm_100a")},
+        shape_limit=int4_unpack_s8_shape_limit, baseline=INT8_TORCH_INT_MM.name,
+        description="TileLang int4 GEMM for Hopper: packed int4 TMA-loaded, decoded to int8 in the kernel "
+        f"({what}), s8 wgmma overlapped with the next block's decode, int32 accumulation",
     )
+
+
+INT4_MMA = _register(
+    "int4_mma", INT4_TENSOR, launch_int4_mma, kernel=int4_mma_kernel, out_idx=(2,),
+    instructions={"sm_89": S4_MMA, "sm_90a": S4_MMA, "sm_100a": S4_MMA}, pass_configs={"sm_90a": _NO_WS, "sm_100a": _NO_WS},
+    self_checks=int4_self_checks, baseline=INT8_TORCH_INT_MM.name,
+    description="the seed's TileLang int4 GEMM (T.int4 operands, s4 mma.sync, int32 accumulation); "
+    "emulated s4 mma on Hopper, warp specialization off there",
 )
-for _name, _in_regs, _regex, _what in (
-    ("int4_unpack_s8", True, S8_WGMMA_RS, "A decoded into the wgmma register fragment, B into shared memory"),
-    ("int4_unpack_s8_ss", False, S8_WGMMA_SS, "A and B decoded into shared memory"),
-):
-    register_variant(
-        Variant(
-            name=_name,
-            input_format="int4_tensor",
-            launch=_launch_int4_unpack_s8,
-            kernel=partial(gemm_int4_unpack_s8_kernel, a_in_registers=_in_regs),
-            out_idx=(2,),
-            instructions={"sm_90a": _regex},
-            unsupported={a: _WGMMA_ONLY.format(arch=a) for a in ("sm_89", "sm_100a")},
-            self_checks=int4_self_checks,
-            shape_limit=unpack_s8_shape_limit,
-            description="TileLang int4 GEMM for Hopper: packed int4 TMA-loaded, decoded to int8 in the kernel "
-            f"({_what}), s8 wgmma overlapped with the next block's decode, int32 accumulation",
-            **_VS_INT_MM,
-        )
-    )
-register_variant(
-    Variant(
-        name="int8_tilelang",
-        input_format="int4_tensor_unpacked_s8",
-        launch=_launch_int8_tilelang,
-        kernel=gemm_int8_kernel,
-        out_idx=(2,),
-        instructions={"sm_89": S8_MMA, "sm_90a": S8_WGMMA_SS, "sm_100a": S8_MMA},
-        description="TileLang int8 GEMM (s8 wgmma on Hopper) on the int4 values pre-unpacked to int8, int32 out",
-        **_VS_INT_MM,
-    )
-)
-register_variant(
-    Variant(
-        name="int8_torch_int_mm",
-        input_format="int4_tensor_unpacked_s8",
-        launch=_launch_int_mm,
-        min_cc=75,
-        shape_limit=int_mm_shape_limit,
-        description="torch._int_mm (cuBLASLt int8, int32 out) on the int4 values pre-unpacked to int8; "
-        "needs M > 16 and K, N multiples of 8",
-        **_COMMON,
-    )
-)
+INT4_UNPACK_S8 = _register_unpack_s8(
+    "int4_unpack_s8", True, S8_WGMMA_RS, "A decoded into the wgmma register fragment, B into shared memory")
+INT4_UNPACK_S8_SS = _register_unpack_s8("int4_unpack_s8_ss", False, S8_WGMMA_SS, "A and B decoded into shared memory")

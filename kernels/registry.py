@@ -106,12 +106,16 @@ def load_all() -> None:
         importlib.import_module(mod)
 
 
-def get_variant(name: str) -> Variant:
+def _lookup(table: dict, what: str, name: str):
     load_all()
     try:
-        return VARIANTS[name]
+        return table[name]
     except KeyError:
-        raise KeyError(f"unknown variant {name!r}; known: {', '.join(sorted(VARIANTS))}") from None
+        raise KeyError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}") from None
+
+
+def get_variant(name: str) -> Variant:
+    return _lookup(VARIANTS, "variant", name)
 
 
 def unchecked_targets(variant: Variant, targets: list[str]) -> list[str]:
@@ -123,11 +127,7 @@ def unchecked_targets(variant: Variant, targets: list[str]) -> list[str]:
 
 
 def get_format(name: str) -> Format:
-    load_all()
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise KeyError(f"unknown input format {name!r}; known: {', '.join(sorted(FORMATS))}") from None
+    return _lookup(FORMATS, "input format", name)
 
 
 def bytes_per_element(variant_name: str, K: int = 512) -> tuple[float, float, float]:

@@ -71,7 +71,3 @@ def parse_shape(name: str) -> tuple[int, int, int]:
     if not m or min(int(g) for g in m.groups()) <= 0:
         raise ValueError(f"bad shape {name!r}: expected MxNxK with positive integers, e.g. 4096x4096x4096")
     return tuple(int(g) for g in m.groups())  # type: ignore[return-value]
-
-
-def shape_name(M: int, N: int, K: int) -> str:
-    return f"{M}x{N}x{K}"

@@ -1,16 +1,19 @@
-"""kernels.blockscaled: quantizers, E8M0 codes, scale layouts, emulated numerics, launches, compiles.
+"""kernels.blockscaled: quantizers, scale layouts, emulated numerics, launches, compiles.
 
-CPU only. Compile tests build tiny kernels (256x256x256) with the local nvcc.
+CPU only. Compile tests build tiny kernels (256x256x256) with the local nvcc, through harness.compile.build
+as the pipeline does. The E8M0 codes and the MX exponent (kernels.formats) are tested in tests/test_formats.py.
 """
-import math
+import dataclasses
 import re
 
 import pytest
 import torch
 
+from harness.compile import UnsupportedTarget, build
 from harness.metrics import calc_diff, rel_fro
 from harness.runner import prepared
 from kernels import blockscaled as bs
+from kernels.formats import E8M0_BIAS, e8m0_decode, expand_blocks, pack_e8m0_words
 from kernels.registry import FORMATS, VARIANTS, Unsupported
 from kernels.tiles import parse_tile
 
@@ -65,8 +68,8 @@ def test_deepseek_roundtrip_error_bound():
     A, B = _uneven(M, K, 3, 1, 128), _uneven(N, K, 4, 128, 128)
     ops = FORMATS["deepseek_1x128_128x128"].quantize(A, B)
     a_hat, b_hat = FORMATS["deepseek_1x128_128x128"].dequantize(ops)
-    sa = bs._expand(ops["SFA"], 1, 128, M, K)
-    sb = bs._expand(ops["SFB"], 128, 128, N, K)
+    sa = expand_blocks(ops["SFA"], 1, 128, M, K)
+    sb = expand_blocks(ops["SFB"], 128, 128, N, K)
     assert ((a_hat - A.double()).abs() <= _e4m3_error_bound(A, sa)).all()
     assert ((b_hat - B.double()).abs() <= _e4m3_error_bound(B, sb)).all()
     # the block maximum maps to 448 and comes back as itself (up to the fp32 rounding of amax/448)
@@ -83,7 +86,7 @@ def test_zero_blocks_get_unit_scales():
     assert ds["SFA"][1, 0] == 1.0 and ds["SFA"][1, 1] == torch.tensor(3.0) / 448
     assert ds["SFB"].tolist() == [[1.0, 1.0]] and not ds["B"].float().any()
     mx = FORMATS["mxfp8_e4m3_b32"].quantize(A, B)
-    assert (mx["SFB"] == bs.E8M0_BIAS).all() and not mx["B"].float().any()
+    assert (mx["SFB"] == E8M0_BIAS).all() and not mx["B"].float().any()
 
 
 @pytest.mark.parametrize("fmt", ["deepseek_1x128_128x128", "mxfp8_e4m3_b32", "generic_g128"])
@@ -117,21 +120,11 @@ def test_generic_g128_per_row_scales_and_bound():
     assert torch.equal(ops["SFB"], B.abs().reshape(N, 2, 128).amax(dim=2) / 448)
     assert torch.equal(ops["SFB_t"][:, :N], ops["SFB"].T)
     a_hat, b_hat = FORMATS["generic_g128"].dequantize(ops)
-    assert ((b_hat - B.double()).abs() <= _e4m3_error_bound(B, bs._expand(ops["SFB"], 1, 128, N, K))).all()
-    assert ((a_hat - A.double()).abs() <= _e4m3_error_bound(A, bs._expand(ops["SFA"], 1, 128, M, K))).all()
+    assert ((b_hat - B.double()).abs() <= _e4m3_error_bound(B, expand_blocks(ops["SFB"], 1, 128, N, K))).all()
+    assert ((a_hat - A.double()).abs() <= _e4m3_error_bound(A, expand_blocks(ops["SFA"], 1, 128, M, K))).all()
 
 
 # ---- MXFP8 and E8M0 ----------------------------------------------------------------------------
-
-def test_mx_shared_exponent_is_ocp_floor_log2_minus_8():
-    below_two = torch.nextafter(torch.tensor(2.0), torch.tensor(0.0)).item()  # largest fp32 below 2
-    amax = torch.tensor([1.0, 2.0, below_two, 3.0, 447.9, 448.0, 1e-3, 2.0**-20, 1e-40, 3e38], dtype=torch.float32)
-    got = bs.mx_shared_exponent(amax).tolist()
-    want = [max(-127, min(127, math.frexp(a)[1] - 1 - 8)) for a in amax.tolist()]
-    assert got == want
-    assert got[2] == -8  # just below 2: floor(log2) is 0, where a float log2 would round to 1
-    assert got[8] == -127  # clamped to E8M0's smallest scale
-
 
 def test_mx_clamps_values_above_448_as_the_spec_scale_choice_implies():
     # amax 1.99: scale 2^(0-8), 1.99*256 = 509 > 448 -> clamped (an unclamped torch cast would give NaN)
@@ -150,7 +143,7 @@ def test_mx_roundtrip_error_bound():
     q, codes = bs.quantize_mxfp8(A)
     assert codes.dtype == torch.uint8 and codes.shape == (M, 10)
     assert q.float().abs().max() <= 448
-    s = bs._expand(bs.e8m0_decode(codes), 1, 32, M, K).double()
+    s = expand_blocks(e8m0_decode(codes), 1, 32, M, K).double()
     a_hat = q.double() * s
     err = (a_hat - A.double()).abs()
     clamp_excess = (A.double().abs() - 448 * s).clamp(min=0)
@@ -160,42 +153,10 @@ def test_mx_roundtrip_error_bound():
     assert ((scaled_amax >= 256) & (scaled_amax < 512)).all()
 
 
-def test_e8m0_decode_matches_torch_and_ml_dtypes():
-    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
-    got = bs.e8m0_decode(codes)
-    want = [2.0 ** (c - 127) for c in range(255)]
-    assert got[:255].tolist() == want and math.isnan(got[255])
-    checked = 0
-    if hasattr(torch, "float8_e8m0fnu"):
-        torch.testing.assert_close(got, codes.view(torch.float8_e8m0fnu).float(), equal_nan=True, rtol=0, atol=0)
-        checked += 1
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    if hasattr(ml_dtypes, "float8_e8m0fnu"):
-        ref = torch.from_numpy(codes.numpy().view(ml_dtypes.float8_e8m0fnu).astype("float32"))
-        torch.testing.assert_close(got, ref, equal_nan=True, rtol=0, atol=0)
-        checked += 1
-    if not checked:
-        pytest.skip("neither torch nor ml_dtypes has float8_e8m0fnu")
-
-
-def test_e8m0_encode_roundtrip_and_range():
-    exps = torch.arange(-127, 128)
-    codes = bs.e8m0_encode(exps)
-    assert codes.dtype == torch.uint8 and codes.tolist() == list(range(255))
-    assert torch.equal(torch.log2(bs.e8m0_decode(codes).double()), exps.double())
-    with pytest.raises(ValueError):
-        bs.e8m0_encode(torch.tensor([128]))
-
-
-def test_e8m0_words_and_tcgen05_cp_layout():
+def test_tcgen05_cp_layout_of_e8m0_words():
     R, nblk = 200, 10  # 10 codes -> 3 words (the last padded with scale 1)
     codes = torch.randint(0, 255, (R, nblk), generator=_gen(10)).to(torch.uint8)
-    words = bs.pack_e8m0_words(codes)
-    assert words.dtype == torch.int32 and words.shape == (R, 3)
-    w = words.to(torch.int64) & 0xFFFFFFFF
-    unpacked = torch.stack([(w >> (8 * j)) & 0xFF for j in range(4)], dim=2).reshape(R, 12)
-    assert torch.equal(unpacked[:, :nblk], codes.to(torch.int64))
-    assert (unpacked[:, nblk:] == 127).all()
+    words = pack_e8m0_words(codes)
     lay = bs.utccp_scale_layout(words)
     assert lay.shape == (3, 256) and lay.is_contiguous()
     for k in range(3):
@@ -212,7 +173,7 @@ def test_mx_format_operands():
     ops = FORMATS["mxfp8_e4m3_b32"].quantize(A, B)
     assert ops["SFA"].shape == (200, 8) and ops["SFB"].shape == (72, 8)
     assert ops["SFA_words"].shape == (2, 256) and ops["SFB_words"].shape == (2, 128)
-    assert torch.equal(ops["SFA_words"], bs.utccp_scale_layout(bs.pack_e8m0_words(ops["SFA"])))
+    assert torch.equal(ops["SFA_words"], bs.utccp_scale_layout(pack_e8m0_words(ops["SFA"])))
 
 
 # ---- emulation ---------------------------------------------------------------------------------
@@ -241,7 +202,7 @@ def test_promotion_scales_each_k_block_separately():
     B = torch.ones(128, 256)
     ops = FORMATS["deepseek_1x128_128x128"].quantize(A, B)
     assert torch.equal(ops["SFA"], torch.tensor([[1.0, 3.0]]) / 448)
-    out = bs.emulate_deepseek(ops)
+    out = bs.emulate_blockscaled_sm90(ops)
     assert (out.float() == 512).all()
 
 
@@ -324,7 +285,7 @@ def _torch_blockwise_checks(a, b, scale_a, scale_b, pitch_multiple=1):
 def test_cublas_launch_uses_the_scale_layouts_torch_checks(monkeypatch, M, K, pitch):
     N = 328
     ops = FORMATS["deepseek_1x128_128x128"].quantize(_uneven(M, K, 18, 1, 128), _uneven(N, K, 19, 128, 128))
-    expected = bs.emulate_deepseek(ops)
+    expected = bs.emulate_blockscaled_sm90(ops)
     calls = []
 
     def fake_scaled_mm(a, b, scale_a, scale_b, out_dtype, use_fast_accum):
@@ -349,13 +310,8 @@ def test_cublas_launch_uses_the_scale_layouts_torch_checks(monkeypatch, M, K, pi
 
 # ---- compile checks (local nvcc, no GPU) -------------------------------------------------------
 
-def _compile(name: str, tile: str, arch: str, shape=(256, 256, 256)):
-    import tilelang
-
-    variant = VARIANTS[name]
-    prim = variant.kernel(*shape, parse_tile(tile))
-    return tilelang.compile(prim, out_idx=list(variant.out_idx), target={"kind": "cuda", "arch": arch},
-                            pass_configs=variant.pass_configs.get(arch) or None)
+def _compile(name: str, tile: str, arch: str, shape=(256, 256, 256), variant=None):
+    return build(variant or VARIANTS[name], *shape, parse_tile(tile), arch)  # as the pipeline compiles it
 
 
 @pytest.mark.parametrize("name,tile", [("blockscaled_sm90", "m128n128k128_s2_t256_wrow"),
@@ -376,6 +332,10 @@ def test_sm100_kernel_compiles_to_block_scaled_tcgen05():
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_89"])
 def test_gemm_blockscaled_does_not_lower_off_blackwell(arch):
-    assert arch in VARIANTS["blockscaled_sm100"].unsupported
-    with pytest.raises(Exception, match="Block-scaled GEMM requires either Blackwell SM100"):
-        _compile("blockscaled_sm100", "m128n128k128_s1_t128", arch)
+    # declared unsupported there; without the declaration TileLang itself refuses (a recognised refusal)
+    v = VARIANTS["blockscaled_sm100"]
+    with pytest.raises(UnsupportedTarget, match="Block-scaled GEMM requires either Blackwell SM100"):
+        _compile(v.name, "m128n128k128_s1_t128", arch)
+    with pytest.raises(UnsupportedTarget, match="rule blockscaled_mma_target") as refused:
+        _compile(v.name, "m128n128k128_s1_t128", arch, variant=dataclasses.replace(v, unsupported={}))
+    assert "Block-scaled GEMM requires either Blackwell SM100" in str(refused.value.__cause__)

@@ -1,11 +1,11 @@
-"""W4A16 dequantize family: packing, decoders, quantizers, emulation, the CUDA decoder (run on the
-host through g++) and sm_90a compiles of the decode and prefill tile forms. CPU only."""
+"""W4A16 dequantize family: quantizers, emulation, the CUDA decoder (run on the host through g++) and
+sm_90a compiles of the decode and prefill tile forms. CPU only. The packing, e2m1 and E8M0 codes
+(kernels.formats) are tested in tests/test_formats.py."""
 import dataclasses
 import re
 import shutil
 import subprocess
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -14,6 +14,7 @@ import kernels.baselines  # noqa: F401  (registers cublas_bf16)
 from harness.metrics import rel_fro
 from harness.runner import prepared
 from kernels import dequant as dq
+from kernels.formats import unpack_int4
 from kernels.registry import FORMATS, VARIANTS
 from kernels.tiles import parse_tile
 
@@ -23,55 +24,6 @@ FORMAT_NAMES = list(dq.W4_FORMATS)
 def _inputs(M=16, N=256, K=512, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
-
-
-# ---------------------------------------------------------------- packing
-
-
-def test_pack_int4_nibble_order_and_roundtrip():
-    p = dq.pack_int4(torch.tensor([[1, -2, 7, -8]], dtype=torch.int8))
-    assert p.tolist() == [[(0xE1 ^ 0x80) - 0x80, (0x87 ^ 0x80) - 0x80]]  # 2i low nibble, 2i+1 high
-    vals = torch.arange(-8, 8, dtype=torch.int8)
-    allpairs = torch.stack(torch.meshgrid(vals, vals, indexing="ij"), -1).reshape(-1, 2).reshape(8, 64)
-    assert torch.equal(dq.unpack_int4(dq.pack_int4(allpairs)), allpairs)
-
-
-def test_pack_codes_roundtrip_and_order():
-    codes = torch.arange(16).repeat(4).reshape(4, 16)
-    p = dq.pack_codes(codes)
-    assert p.shape == (4, 8) and p.dtype == torch.int8
-    assert int(p[0, 7]) & 0xFF == 0xFE  # codes 14 (low) and 15 (high)
-    assert torch.equal(dq.unpack_codes(p).long(), codes)
-    with pytest.raises(ValueError):
-        dq.pack_codes(torch.tensor([16, 0]))
-
-
-# ---------------------------------------------------------------- decoders
-
-
-def test_e2m1_decoder_matches_ml_dtypes_all_codes():
-    codes = np.arange(16, dtype=np.uint8)
-    ref = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
-    got = dq.e2m1_decode(torch.arange(16)).numpy()
-    np.testing.assert_array_equal(got, ref)
-    assert got[0] == 0.0 and not np.signbit(got[0])  # code 0 is +0.0, not 0.5
-    assert got[1] == 0.5 and np.signbit(got[8])
-    assert list(got) == list(dq.E2M1_VALUES)
-
-
-def test_e2m1_encoder_matches_ml_dtypes_rounding():
-    mids = list(dq._E2M1_MIDPOINTS)
-    grid = [0.0, 0.1, 0.3, 0.74, 0.76, 1.1, 2.2, 3.3, 4.4, 5.9, 6.0, 6.5, 7.0, 100.0, 1e-30] + mids
-    x = torch.tensor(grid + [-v for v in grid], dtype=torch.float32)
-    ref = x.numpy().astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
-    np.testing.assert_array_equal(dq.e2m1_encode(x).numpy(), ref)
-
-
-def test_e8m0_decoder_matches_ml_dtypes():
-    e = np.array([0, 1, 100, 126, 127, 128, 254], dtype=np.uint8)
-    ref = e.view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
-    np.testing.assert_array_equal(dq.e8m0_decode(torch.from_numpy(e)).double().numpy(), ref)
-    assert torch.isnan(dq.e8m0_decode(torch.tensor([255], dtype=torch.uint8))).all()
 
 
 # ---------------------------------------------------------------- quantizers
@@ -132,7 +84,7 @@ def test_int4_sym_scale_and_values():
     B[0, :3] = torch.tensor([7.0, -3.5, 1.0])  # scale 1: q = 7, -4 (half to even), 1
     ops = dq.quantize_weight(B, fmt)
     assert float(ops["scales"][0, 0]) == 1.0
-    assert dq.unpack_int4(ops["B"])[0, :4].tolist() == [7, -4, 1, 0]
+    assert unpack_int4(ops["B"])[0, :4].tolist() == [7, -4, 1, 0]
 
 
 # ---------------------------------------------------------------- emulation and baselines

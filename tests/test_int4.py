@@ -1,4 +1,5 @@
-"""int4 family: packing, quantizer, exact emulation, self checks, and TileLang compile checks (CPU only)."""
+"""int4 family: quantizer, exact emulation, the kernel's nibble decode, self checks, and TileLang compile
+checks (CPU only). The packing itself (kernels.formats) is tested in tests/test_formats.py."""
 from __future__ import annotations
 
 import re
@@ -6,8 +7,9 @@ import re
 import pytest
 import torch
 
+from harness.compile import build
 from kernels import int4
-from kernels.int4 import pack_int4, unpack_int4
+from kernels.formats import pack_int4, unpack_int4
 from kernels.registry import FORMATS, VARIANTS, Unsupported
 from kernels.tiles import parse_tile
 
@@ -17,86 +19,6 @@ INT4_VARIANTS = ("int4_mma", "int4_unpack_s8", "int4_unpack_s8_ss", "int8_tilela
 def _brute_force_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """int64 A·Bᵀ by broadcasting, independent of the module's float64 route."""
     return (a.long()[:, None, :] * b.long()[None, :, :]).sum(-1)
-
-
-# --- packing -------------------------------------------------------------------------------
-
-
-def test_round_trip_every_nibble_pair():
-    values = torch.arange(-8, 8, dtype=torch.int8)
-    low, high = torch.meshgrid(values, values, indexing="ij")
-    pairs = torch.stack((low.reshape(-1), high.reshape(-1)), dim=-1)  # (256, 2): all combinations
-    packed = pack_int4(pairs)
-    assert packed.shape == (256, 1) and packed.dtype == torch.int8
-    expected_bytes = ((pairs[:, 0].long() & 0xF) | ((pairs[:, 1].long() & 0xF) << 4)).to(torch.uint8).view(torch.int8)
-    assert torch.equal(packed[:, 0], expected_bytes)
-    assert torch.equal(unpack_int4(packed), pairs)
-    assert len(set(packed[:, 0].tolist())) == 256  # every byte value is reached exactly once
-
-
-@pytest.mark.parametrize("shape", [(2,), (3, 8), (2, 5, 64), (1, 0, 4)])
-def test_round_trip_random(shape):
-    g = torch.Generator().manual_seed(sum(shape) + len(shape))
-    t = torch.randint(-8, 8, shape, generator=g, dtype=torch.int8)
-    packed = pack_int4(t)
-    assert packed.shape == (*shape[:-1], shape[-1] // 2)
-    assert torch.equal(unpack_int4(packed), t)
-    assert torch.equal(pack_int4(unpack_int4(packed)), packed)
-
-
-@pytest.mark.parametrize(
-    "byte, values",
-    [
-        (0x21, [1, 2]),
-        (0xF8, [-8, -1]),
-        (0x7F, [-1, 7]),
-        (0x80, [0, -8]),
-        (0x87, [7, -8]),
-        (0x00, [0, 0]),
-        (0xFF, [-1, -1]),
-    ],
-)
-def test_known_bytes(byte, values):
-    packed = torch.tensor([byte], dtype=torch.uint8).view(torch.int8)
-    assert unpack_int4(packed).tolist() == values
-    assert torch.equal(pack_int4(torch.tensor(values, dtype=torch.int8)), packed)
-
-
-def test_pack_element_order_along_last_dim():
-    t = torch.tensor([[1, 2, 3, 4], [-8, 7, 0, -1]], dtype=torch.int8)
-    as_bytes = pack_int4(t).view(torch.uint8).tolist()
-    assert as_bytes == [[0x21, 0x43], [0x78, 0xF0]]
-
-
-@pytest.mark.parametrize(
-    "bad, exc, words",
-    [
-        (torch.zeros(4, dtype=torch.float32), TypeError, "int8"),
-        (torch.zeros(4, dtype=torch.int16), TypeError, "int8"),
-        (torch.zeros(4, dtype=torch.uint8), TypeError, "int8"),
-        (torch.tensor(3, dtype=torch.int8), ValueError, "0-dim"),
-        (torch.zeros(2, 3, dtype=torch.int8), ValueError, "even"),
-        (torch.tensor([0, 8], dtype=torch.int8), ValueError, "[-8, 7]"),
-        (torch.tensor([-9, 0], dtype=torch.int8), ValueError, "[-8, 7]"),
-        ([1, 2], TypeError, "torch.Tensor"),
-    ],
-)
-def test_pack_errors(bad, exc, words):
-    with pytest.raises(exc, match=re.escape(words)):
-        pack_int4(bad)
-
-
-@pytest.mark.parametrize(
-    "bad, exc, words",
-    [
-        (torch.zeros(4, dtype=torch.int32), TypeError, "int8"),
-        (torch.zeros(4, dtype=torch.uint8), TypeError, "int8"),
-        (torch.tensor(3, dtype=torch.int8), ValueError, "0-dim"),
-    ],
-)
-def test_unpack_errors(bad, exc, words):
-    with pytest.raises(exc, match=re.escape(words)):
-        unpack_int4(bad)
 
 
 # --- quantizer and formats -------------------------------------------------------------------
@@ -197,26 +119,71 @@ def test_int32_accumulation_bound():
         int4.check_int32_accumulation(1 << 25)
 
 
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """int4 values -> the packed int32 words the kernel reads (little-endian bytes, as on the GPU), as
+    int64 in [0, 2^32): uint32 arithmetic in int64, which the nibble decode never takes past 32 bits."""
+    return pack_int4(t).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+
+
+def _lanes(x: torch.Tensor) -> torch.Tensor:
+    """32-bit values (int64) -> their four byte lanes as int8, lane b = bits 8b..8b+7."""
+    assert bool(((x >= 0) & (x < 1 << 32)).all())
+    return torch.stack([(x >> (8 * b)) & 0xFF for b in range(4)], dim=-1).to(torch.uint8).view(torch.int8).flatten(-2)
+
+
+def test_kernel_nibble_decode_sign_extends_every_byte():
+    """int4_unpack_s8's own decode arithmetic (the functions its macros call with T.uint32), on torch:
+    every byte value in every lane gives its sign-extended low and high nibble."""
+    values = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.int8)
+    t = unpack_int4(torch.stack([values.roll(s) for s in range(4)], dim=-1))  # (256, 8): each byte in each lane
+    w = _words(t)  # (256, 1)
+    low = int4.sign_extend_nibbles(int4.select_nibbles(w, int), int)
+    high = int4.sign_extend_nibbles(int4.select_nibbles(w, int, 4), int)
+    assert torch.equal(_lanes(low), t[:, 0::2]) and torch.equal(_lanes(high), t[:, 1::2])
+
+
 def test_kernel_decode_order_reproduces_the_product():
-    """The word decode of int4_unpack_s8 (CPU mirror) permutes K identically for A and B."""
+    """The decoded K order of int4_unpack_s8 (column j < block_K/2: low nibble of packed byte j, column
+    block_K/2 + j: its high nibble), made with the kernel's decode, permutes K identically for A and B."""
     M, N, K, block_K = 5, 6, 256, 128
     g = torch.Generator().manual_seed(3)
     a = torch.randint(-8, 8, (M, K), generator=g, dtype=torch.int8)
     b = torch.randint(-8, 8, (N, K), generator=g, dtype=torch.int8)
-    order = int4.decoded_k_order(block_K)
-    assert sorted(order.tolist()) == list(range(block_K))
+    half = block_K // 2
+    order = torch.cat((2 * torch.arange(half), 2 * torch.arange(half) + 1))  # logical K of each decoded column
+    j = torch.arange(block_K)
 
     def decode(t: torch.Tensor) -> torch.Tensor:
-        words = pack_int4(t).view(torch.int32)  # (rows, K/8), little-endian bytes as on the GPU
         tiles = []
         for blk in range(K // block_K):
-            low, high = int4.decode_packed_words(words[:, blk * block_K // 8 : (blk + 1) * block_K // 8])
-            tile = torch.cat((low.contiguous().view(torch.int8), high.contiguous().view(torch.int8)), dim=-1)
+            words = _words(t)[:, blk * block_K // 8 : (blk + 1) * block_K // 8]
+            # decode_to_shared: each word's low nibbles, then (half a block on) its high nibbles
+            low = int4.sign_extend_nibbles(int4.select_nibbles(words, int), int)
+            high = int4.sign_extend_nibbles(int4.select_nibbles(words, int, 4), int)
+            tile = torch.cat((_lanes(low), _lanes(high)), dim=-1)
+            # decode_to_fragment: column j from word (j % half) // 4, nibble shift 4·(j // half), byte j % 4
+            nibbles = int4.select_nibbles(words[:, (j % half) // 4], int, 4 * (j // half))
+            fragment = (int4.sign_extend_nibbles(nibbles, int) >> (8 * (j % 4))) & 0xFF
+            assert torch.equal(fragment.to(torch.uint8).view(torch.int8), tile)
             assert torch.equal(tile, t[:, blk * block_K + order])
             tiles.append(tile)
         return torch.cat(tiles, dim=-1)
 
     assert torch.equal(_brute_force_product(decode(a), decode(b)), _brute_force_product(a, b))
+
+
+def test_kernel_calls_the_module_nibble_decode(monkeypatch):
+    """The functions the tests above run are the ones the kernel's macros trace, with T.uint32 constants."""
+    import tilelang.language as T
+
+    seen = []
+    select, extend = int4.select_nibbles, int4.sign_extend_nibbles
+    monkeypatch.setattr(int4, "select_nibbles", lambda w, const, shift=None: seen.append(("select", const)) or select(w, const, shift))
+    monkeypatch.setattr(int4, "sign_extend_nibbles", lambda x, const: seen.append(("extend", const)) or extend(x, const))
+    for name in ("int4_unpack_s8", "int4_unpack_s8_ss"):
+        seen.clear()
+        VARIANTS[name].kernel(256, 256, 256, parse_tile("m64n64k64_s2_t128"))
+        assert {("select", T.uint32), ("extend", T.uint32)} == set(seen), name
 
 
 # --- baselines and self checks --------------------------------------------------------------
@@ -273,16 +240,8 @@ def test_unpack_kernel_factory_rejects_bad_shapes_and_tiles():
 
 
 def _compile_source(name: str, arch: str, tile: str, shape=(256, 256, 256)) -> str:
-    import tilelang
-
     v = VARIANTS[name]
-    kernel = tilelang.compile(
-        v.kernel(*shape, parse_tile(tile)),
-        out_idx=list(v.out_idx),
-        target={"kind": "cuda", "arch": arch},
-        pass_configs=v.pass_configs.get(arch, {}),
-    )
-    src = kernel.get_kernel_source()
+    src = build(v, *shape, parse_tile(tile), arch).get_kernel_source()  # as the pipeline compiles it
     assert re.search(v.instructions[arch], src), f"{name} on {arch}: {v.instructions[arch]!r} not in the source"
     return src
 

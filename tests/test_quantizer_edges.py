@@ -2,7 +2,8 @@
 the kernels: subnormal amax (a scale never underflows), empty tensors, NaN/Inf in either operand, and
 ``Variant.shape_limit`` (run_emulated honours it; each kernel factory refuses exactly those shapes).
 
-CPU only; the factory test builds PrimFuncs (tracing, no compile).
+CPU only; the factory test builds PrimFuncs (tracing, no compile). The shared rules themselves
+(kernels.formats: check_operand, amax_scale, mx_exponent) are tested in tests/test_formats.py.
 """
 import re
 from pathlib import Path
@@ -15,8 +16,8 @@ from harness.runner import run_emulated
 from kernels import blockscaled as bs
 from kernels import dequant as dq
 from kernels import fp8, int4
+from kernels.formats import E8M0_BIAS
 from kernels.registry import FORMATS, VARIANTS, Unsupported, load_all
-from kernels.scales import amax_scale, check_operand, mx_exponent
 from kernels.tiles import EMULATED, parse_tile
 
 load_all()
@@ -54,35 +55,7 @@ def _operands(operand: str, pattern: str) -> tuple[torch.Tensor, torch.Tensor]:
     return A, _subnormal(N, K, pattern)
 
 
-# ---- the shared helper -------------------------------------------------------------------------
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_amax_scale_floors_at_the_smallest_normal_and_keeps_ordinary_scales(dtype):
-    tiny = torch.finfo(dtype).tiny
-    amax = torch.tensor([0.0, 1e-45, 1e-40, 448 * tiny, 3.7, 1e30])
-    s = amax_scale(amax, 448.0, dtype)
-    assert s.dtype == dtype
-    assert s[0] == 1  # all zero: scale 1
-    assert s[1] == tiny and s[2] == tiny  # would underflow (fp32: 0 / a subnormal; bf16: 0)
-    # at and above qmax·tiny: amax / qmax rounded to dtype, bit for bit the unguarded formula
-    assert torch.equal(s[3:], (amax[3:] / 448.0).to(dtype))
-
-
-def test_mx_exponent_clamps_to_the_given_range():
-    amax = torch.tensor([0.0, 1e-45, 1e-40, 1.0, 448.0, 3e38])
-    assert mx_exponent(amax, 8).tolist() == [0, -127, -127, -8, 0, 119]
-    assert mx_exponent(amax, 2, min_exponent=-126).tolist() == [0, -126, -126, -2, 6, 125]
-
-
-def test_check_operand_messages():
-    check_operand(torch.ones(2, 2), "q", "A")
-    with pytest.raises(TypeError, match="q expects a floating-point tensor for operand A"):
-        check_operand(torch.ones(2, dtype=torch.int32), "q", "A")
-    with pytest.raises(ValueError, match=re.escape("q: operand B is an empty tensor of shape (0, 4); an empty tensor has no scale")):
-        check_operand(torch.ones(0, 4), "q", "B")
-    with pytest.raises(ValueError, match="q: the input contains NaN or Inf"):
-        check_operand(torch.tensor([1.0, float("inf")]), "q")
-
+# ---- the shared rules, as each family applies them ------------------------------------------
 
 def test_ordinary_scales_are_the_plain_amax_ratio():
     # the guard leaves normal inputs alone: the scales are amax/qmax exactly as the formats define them
@@ -136,7 +109,7 @@ def test_uint4_zero_point_and_mx_codes_on_subnormal_weights(fmt_name):
     s = ops["scales"]
     if w4.scale == "e8m0":
         assert int(s[1:].min()) >= 1 and int(s.max()) <= 254  # 2^-126 at least: a bf16 normal in the kernel
-        assert bool((s[0] == dq.E8M0_BIAS).all())
+        assert bool((s[0] == E8M0_BIAS).all())
     else:
         assert bool((s[0] == 1).all()) and bool((s[1:] == torch.finfo(torch.bfloat16).tiny).all())
     if w4.has_zeros:
