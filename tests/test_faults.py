@@ -34,7 +34,7 @@ def test_a_corrupt_input_fails_its_shape_only_and_is_named(tmp_path):
     flip_byte(corrupt)
     # the scheduler sees the changed file (a directory() output hid it): the run job is planned again
     plan = snakemake(wf, "-n", good)
-    assert "emulate_fp8" in plan.stdout and "Nothing to be done" not in plan.stdout + plan.stderr
+    assert "emulate_fp8_e4m3" in plan.stdout and "Nothing to be done" not in plan.stdout + plan.stderr
 
     proc = snakemake(wf, "-f", good)  # asked for the good shape: the job covers both
     ok = json.loads((wf / good).read_text())
@@ -122,7 +122,7 @@ def test_an_empty_mapping_in_an_override_is_refused_and_null_drops_a_variant(tmp
     assert proc.returncode != 0 and "variants: an empty mapping in an override" in proc.stdout + proc.stderr
     (wf / "drop.yaml").write_text("variants: {fp8_e4m3: null}\n")
     plan = snakemake(wf, "-n", "--configfile", "drop.yaml").stdout
-    assert "emulate_cublas_bf16" in plan and "emulate_fp8" not in plan and "results/cpu/fp8_e4m3" not in plan
+    assert "emulate_cublas_bf16" in plan and "emulate_fp8_e4m3" not in plan and "results/cpu/fp8_e4m3" not in plan
 
 
 def test_a_target_the_nvcc_on_the_path_lacks_is_refused(tmp_path, monkeypatch):

@@ -83,7 +83,7 @@ def test_refreshing_one_family_plans_its_entries_their_peers_and_the_ceilings_on
     # the main job of a CPU host reads the published points and never rebuilds or republishes them
     proc = snakemake(wf, "-n", "--quiet", "rules")
     plan = proc.stdout + proc.stderr
-    assert "emulate_fp8" in plan
+    assert "emulate_fp8_e4m3" in plan
     assert not {"publish_family", "collect_published", "report_published"} & set(plan.split())
 
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.workflow
 
 def test_default_config_dry_run_plans_every_stage():
     proc = snakemake(REPO, "-n", "--forceall", "--quiet", "rules")  # the plan, whatever has already run here
-    for rule in ("build_inputs", "compile_fp8_e4m3", "emulate_fp8", "emulate_cublas_bf16", "collect", "report"):
+    for rule in ("build_inputs", "compile_fp8_e4m3", "emulate_fp8_e4m3", "emulate_cublas_bf16", "collect", "report"):
         assert rule in proc.stdout, proc.stdout
     # the default profile makes GPU jobs exclusive
     assert "profiles/default" in proc.stdout + proc.stderr
