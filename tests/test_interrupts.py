@@ -65,6 +65,10 @@ def _kill(procs) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in (MAIN_ENV, "SLURM_JOB_ID")}
     return {**env, **extra}
@@ -101,7 +105,10 @@ def test_signal_to_snakemake_stops_the_job_and_its_children(tmp_path, sig):
     started must still be gone within seconds, and the heartbeat must stop."""
     wf = _beat_workflow(tmp_path)
     with open(wf / "snakemake.out", "w") as out:
+        # an interrupt as from a terminal: SIGINT at its default even when these tests run with it ignored
+        # (a background job of a non-interactive shell inherits SIGINT ignored, and snakemake rightly keeps it so)
         sm = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=wf, env=_env(),
+                              preexec_fn=_default_sigint,
                               stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     procs = []
     try:
