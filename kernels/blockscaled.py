@@ -11,7 +11,7 @@ Input formats (all e4m3 values, quantized deterministically from the fp32 inputs
   block's largest values can exceed 448 after scaling and are clamped.
 - ``generic_g128``: the seed's form, SFA (M, K/128) and SFB (N, K/128) fp32, one scale per row per
   128 K for both operands.
-torch's fp8 casts do not saturate, so every quantizer clamps to ±448 before the cast.
+torch's fp8 casts need not saturate, so every quantizer clamps to ±448 before the cast (``formats.saturate_fp8``).
 
 Variants:
 - ``blockscaled_sm90`` (DeepSeek recipe) and ``blockscaled_g128`` (generic recipe): Hopper has no

@@ -31,7 +31,7 @@ def quantize_fp8(x: torch.Tensor, kind: str, *, operand: str | None = None) -> t
     """Per-tensor fp8 quantization: scale = amax / fp8_max (``formats.amax_scale``: never below fp32's
     smallest normal, 1 for an all-zero tensor); values clamped before the cast (``formats.saturate_fp8``).
 
-    torch's fp8 casts do not saturate (out-of-range values become NaN/Inf), hence the clamp.
+    torch's fp8 casts need not saturate (out of range, e5m2 gives Inf; e4m3fn NaN on some builds), hence the clamp.
     Returns (q, scale) with ``q.float() * scale ≈ x`` and scale a float32 tensor of shape (1,).
     ``operand`` (e.g. "A") names the tensor in error messages.
     """
