@@ -6,15 +6,13 @@ TileLang caches compiled kernels on disk (``TILELANG_CACHE_DIR``), so the run st
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import sass
 from kernels.registry import Unsupported, Variant
 from kernels.tiles import Tile
 
@@ -111,28 +109,6 @@ def instruction_classes(source: str) -> list[str]:
     return [name for name, pat in INSTRUCTION_CLASSES.items() if re.search(pat, source)]
 
 
-def ptxas_usage(ptx: Path, arch: str) -> dict:
-    """Registers, spills and static shared memory from ``ptxas -v``; empty when ptxas is absent."""
-    ptxas = shutil.which("ptxas")
-    if ptxas is None:
-        return {}
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            [ptxas, "-v", f"--gpu-name={arch}", str(ptx), "-o", str(Path(tmp) / "k.cubin")],
-            capture_output=True,
-            text=True,
-        )
-    text = proc.stdout + proc.stderr
-    usage: dict = {}
-    if m := re.search(r"Used (\d+) registers", text):
-        usage["registers"] = int(m.group(1))
-    if m := re.search(r"(\d+) bytes smem", text):
-        usage["smem_static_bytes"] = int(m.group(1))
-    if m := re.search(r"(\d+) bytes spill stores", text):
-        usage["spill_store_bytes"] = int(m.group(1))
-    return usage
-
-
 def dynamic_smem_bytes(kernel) -> int | None:
     """Dynamic shared memory the host code launches with (its last launch argument), if any."""
     if "buf_dyn_shmem" not in kernel.get_kernel_source():
@@ -146,12 +122,42 @@ def dynamic_smem_bytes(kernel) -> int | None:
     return int(vals[-1]) if vals else None
 
 
+def sass_record(kernel, artifacts: Path) -> dict:
+    """The kernel's cubin and SASS written under ``artifacts``, and what the SASS shows (harness/sass.py);
+    ``sass_error`` instead when they cannot be had."""
+    try:
+        cubin = artifacts / "kernel.cubin"
+        cubin.write_bytes(sass.kernel_cubin(kernel))
+        text = sass.disassemble(cubin)
+        (artifacts / "kernel.sass").write_text(text)
+        return sass.summarize(text, sass.resource_usage(cubin)) | {"sass_tool": sass.tool_version()}
+    except Exception as e:  # recorded: without SASS the instruction check fails with this reason
+        return {"sass_error": error_summary(e)}
+
+
+def instruction_check(variant: Variant, arch: str, rec: dict, source: str) -> str:
+    """"" when the kernel holds the instructions its variant declares for ``arch``, else why not. The SASS
+    (what ptxas emitted) is checked first; the generated source second."""
+    expected_sass, expected_source = variant.sass.get(arch), variant.instructions.get(arch)
+    if expected_sass is None or expected_source is None:  # config validation refuses such a target
+        return (f"no instruction check for {arch} (Variant.sass and Variant.instructions): the instructions it built "
+                f"({sass.mma_label(rec.get('sass_mma', {}))}) cannot be verified")
+    if "sass_mma" not in rec:
+        return f"no SASS, so the instruction check cannot be made: {rec.get('sass_error')}"
+    if why := sass.check(expected_sass, rec["sass_mma"]):
+        return why
+    if not re.search(expected_source, source):
+        return f"expected instruction /{expected_source}/ not in the generated source (found {rec['instructions']})"
+    return ""
+
+
 def compile_record(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: str, artifacts: Path) -> dict:
     """Compile one kernel and describe the outcome; never raises for a target that cannot build it.
 
     status: ok | unsupported (a known refusal: see ``build``) | failed (anything else: the row's reason
     is ``Type: message``, the traceback goes to stdout, i.e. the rule's log; or no instruction check for
-    the target; or compiled to the wrong instructions). CUDA source and PTX are written under ``artifacts``.
+    the target; or no SASS; or compiled to other instructions than declared, in the SASS or the source).
+    CUDA source, PTX, cubin and SASS are written under ``artifacts``.
     """
     rec: dict = {"variant": variant.name, "target": arch, "tile": tile.name, "M": M, "N": N, "K": K}
     t0 = time.perf_counter()
@@ -171,20 +177,9 @@ def compile_record(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: s
     rec["instructions"] = instruction_classes(source)
     try:
         kernel.export_ptx(str(artifacts / "kernel.ptx"))
-        rec |= ptxas_usage(artifacts / "kernel.ptx", arch)
     except Exception as e:
         rec["ptx_error"] = f"{type(e).__name__}: {e}"
+    rec |= sass_record(kernel, artifacts)
     rec["smem_dynamic_bytes"] = dynamic_smem_bytes(kernel)
-    expected = variant.instructions.get(arch)
-    if expected is None:  # config validation refuses such a target; this guards direct callers
-        return rec | {
-            "status": "failed",
-            "reason": f"no instruction check for {arch} (Variant.instructions): the instructions it built "
-            f"({rec['instructions']}) cannot be verified",
-        }
-    if not re.search(expected, source):
-        return rec | {
-            "status": "failed",
-            "reason": f"expected instruction /{expected}/ not in the generated source (found {rec['instructions']})",
-        }
-    return rec | {"status": "ok", "reason": ""}
+    why = instruction_check(variant, arch, rec, source)
+    return rec | {"status": "failed" if why else "ok", "reason": why}

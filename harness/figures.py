@@ -150,12 +150,16 @@ def compile_matrix(summary: pd.DataFrame, title: str) -> plt.Figure:
         return message(f"{title}: nothing was compiled")
     codes = summary.pivot(index="variant", columns="target", values="status").replace(STATUS_CODE)
     regs = summary.pivot(index="variant", columns="target", values="max_registers")
+    sass = summary.pivot(index="variant", columns="target", values="sass") if "sass" in summary else None
     labels = summary.pivot(index="variant", columns="target", values="status").copy()
     for idx in labels.index:
         for col in labels.columns:
             r = regs.loc[idx, col]
-            labels.loc[idx, col] = f"{labels.loc[idx, col]}" + (f"\n{int(r)} regs" if pd.notna(r) else "")
-    fig, ax = plt.subplots(figsize=(2.5 + 2.2 * codes.shape[1], 0.9 + 0.5 * codes.shape[0]))
+            ops = sass.loc[idx, col] if sass is not None else None
+            # status, then the SASS tensor-core instruction(s) ptxas emitted, then registers
+            labels.loc[idx, col] = (f"{labels.loc[idx, col]}" + (f"\n{ops}" if isinstance(ops, str) and ops else "")
+                                    + (f"\n{int(r)} regs" if pd.notna(r) else ""))
+    fig, ax = plt.subplots(figsize=(2.5 + 2.8 * codes.shape[1], 0.9 + 0.75 * codes.shape[0]))
     sns.heatmap(codes.astype(float), annot=labels, fmt="", cmap=ListedColormap(STATUS_COLORS), vmin=-0.5, vmax=2.5,
                 cbar=False, linewidths=1, linecolor="white", ax=ax, annot_kws={"fontsize": 8})
     ax.grid(False)

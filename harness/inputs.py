@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -302,3 +303,22 @@ def load_operands(path: str | os.PathLike, expected: dict | None = None,
             if bad:
                 raise _corrupt(path, f"tensors {bad} do not match their recorded sha256")
     return ops
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise CorruptInput(f"{path}: unreadable manifest ({type(e).__name__}: {e}); rebuild the input set: "
+                           f"snakemake -f {shlex.quote(str(path))}") from e
+
+
+def load_point(fp32: str | os.PathLike, fmt_file: str | os.PathLike, manifest_file: str | os.PathLike,
+               fmt_name: str) -> tuple[Operands, Operands, dict[str, str]]:
+    """One shape's inputs, each file verified against its manifest: the unquantized A and B, the operands
+    of format ``fmt_name``, and those operands' sha256 (recorded with every result)."""
+    m = read_manifest(manifest_file)
+    fmt = m["formats"][fmt_name]
+    raw = load_operands(Path(fp32), m["fp32"]["tensors"], m["fp32"]["file_sha256"])
+    ops = load_operands(Path(fmt_file), fmt["tensors"], fmt["file_sha256"])
+    return raw, ops, {k: v["sha256"] for k, v in fmt["tensors"].items()}

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import figures, tables
+from harness import figures, profile, tables
 from kernels.registry import Variant, bytes_per_element
 
 STATUS_STYLE = {"failed": "background:#f4b6bf;color:#7a0019;font-weight:600", "unsupported": "background:#ececec"}
@@ -268,14 +268,40 @@ def accuracy_section(this: dict, acc: pd.DataFrame, figs: Figures) -> str:
 
 
 def compile_section(this: dict, figs: Figures) -> str:
-    summary = tables.compile_summary(this["compile"])
-    detail = (this["compile"].groupby(["variant", "target", "status", "reason"], dropna=False)
-              .agg(kernels=("tile", "size"), compile_s_median=("compile_s", "median"), max_registers=("registers", "max"),
-                   max_smem_dynamic_bytes=("smem_dynamic_bytes", "max")).reset_index())
+    cm = this["compile"]
+    summary = tables.compile_summary(cm)
+    aggs = {"kernels": ("tile", "size"), "compile_s_median": ("compile_s", "median"), "max_registers": ("registers", "max"),
+            "max_smem_dynamic_bytes": ("smem_dynamic_bytes", "max")}
+    if "sass" in cm:  # records made before the SASS was read have none
+        aggs = {"sass": ("sass", lambda x: ", ".join(sorted({i for v in x.dropna() for i in v.split(", ") if i}))),
+                **aggs, "max_spill_instructions": ("spill_instructions", "max")}
+        cm = cm.assign(spill_instructions=cm["sass_local_loads"] + cm["sass_local_stores"])
+    detail = cm.groupby(["variant", "target", "status", "reason"], dropna=False).agg(**aggs).reset_index()
     return (f"<h2>Compile matrix — {html.escape(this['label'])}</h2>"
-            + figs.embed(figures.compile_matrix(summary, f"{this['label']}: worst status over tiles and shapes"),
-                         "compile_matrix")
+            + figs.embed(figures.compile_matrix(summary, f"{this['label']}: worst status over tiles and shapes, the "
+                                                         "SASS's tensor-core instructions, registers"), "compile_matrix")
             + table(detail, highlight="status", fmt={"compile_s_median": "{:.2f}"}))
+
+
+PROFILE_PCT = ("sm_throughput_pct", "tensor_pipe_pct", "dram_throughput_pct", "l2_throughput_pct",
+               "achieved_occupancy_pct", "theoretical_occupancy_pct")
+
+
+def profiles_section(sets: Sequence[tuple[str | Path, str]]) -> str:
+    """Every Nsight Compute profile summary of each (folder, label) result set (harness/profile.py)."""
+    frames = [tables.profile_table(folder).assign(set=label) for folder, label in sets]
+    prof = pd.concat([f for f in frames if not f.empty] or [frames[0]], ignore_index=True)
+    how = ("<p>Nsight Compute (<code>ncu --clock-control none</code>; caches flushed before every replay pass) "
+           "of one call of the variant, its own kernels only; figures of the longest kernel. SOL %: share of "
+           "that unit's peak over the kernel's time. Limiter: the busiest unit, or latency when none reaches "
+           f"{profile.BUSY_PCT:.0f}% of peak. DRAM MB read + written against the MB the pipeline counts for the "
+           "point (A, B with scales, C once each). Stalls: warp cycles per issued instruction. Profile a point: "
+           "<code>snakemake --cores 1 results/&lt;platform&gt;/profile/&lt;entry&gt;/&lt;dist&gt;/&lt;shape&gt;/"
+           "&lt;tile&gt;.summary.json</code> (tile <code>lib</code> for a library baseline).</p>")
+    fmt = {c: "{:.1f}" for c in PROFILE_PCT} | {"duration_us": "{:.1f}", "dram_MB": "{:.1f}", "counted_MB": "{:.1f}",
+                                                 "dram_over_counted": "{:.2f}", "registers_per_thread": "{:.0f}"}
+    return "<h2>Profiles</h2>" + how + table(prof[["set", *[c for c in prof if c != "set"]]], fmt=fmt)
+
 
 
 def comparison_section(this: dict, refs: Sequence[dict], threshold: float, figs: Figures) -> str:
@@ -326,5 +352,6 @@ def render_report(result_dir: str | Path, label: str, limits: Mapping[str, dict 
                 roofline_section(t, figs),
                 accuracy_section(this, acc, figs),
                 compile_section(this, figs),
+                profiles_section([(result_dir, this["label"]), *references]),
                 comparison_section(this, refs, regression_threshold, figs)]
     return page(this["label"], sections), figs.png

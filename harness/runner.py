@@ -103,8 +103,11 @@ def prepared(variant: Variant, ops: Operands) -> Operands:
 
 def run_gpu(
     variant: Variant, A: torch.Tensor, B: torch.Tensor, ops: Operands, tiles: list[Tile], arch: str,
-    tolerance: dict, reps: int, warmup: int,
+    tolerance: dict, reps: int, warmup: int, compiled: dict[str, tuple[str, str]] | None = None,
 ) -> list[dict]:
+    """Every candidate (each tile, or the library call) checked, then timed. ``compiled``: per tile name, the
+    (status, reason) of its compile record at this shape; a kernel whose compile is not ok (e.g. its SASS
+    lacks the declared instructions) gets that status and is neither checked nor timed."""
     M, K = A.shape
     N = B.shape[0]
     dev_ops = {k: v.cuda() for k, v in ops.items()}
@@ -118,11 +121,16 @@ def run_gpu(
         candidates.append((LIBRARY, None, limit or ("" if ok else f"needs compute capability >= {variant.min_cc / 10:.1f}")))
     else:
         candidates += [(t.name, t, limit or "") for t in tiles]
+    compiled = compiled or {}
     launch = variant.launch
     for tile_name, tile, skip in candidates:
         row: dict = {"tile": tile_name}
         if skip:
             rows.append(row | {"status": "unsupported", "reason": skip})
+            continue
+        status, why = compiled.get(tile_name, ("ok", ""))
+        if status != "ok":
+            rows.append(row | {"status": status, "reason": f"compile step: {why}"})
             continue
         try:
             kernel = kcompile.build(variant, M, N, K, tile, arch) if tile is not None else None

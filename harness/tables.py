@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from kernels.registry import bytes_moved
 
 # the columns that identify a measurement (unique in a tidy table); everything else is a metric or a tag.
 # point_set: "all" for one platform's run; in a published folder, the family whose refresh measured the
@@ -133,7 +136,7 @@ def add_limits(df: pd.DataFrame, ceilings: dict, physical: dict | None,
     df = df.copy()
     per = df["variant"].map(bytes_of)
     a, b, c = (per.map(lambda t, i=i: t[i] if isinstance(t, tuple) else np.nan) for i in range(3))
-    df["bytes_moved"] = df["M"] * df["K"] * a + df["N"] * df["K"] * b + df["M"] * df["N"] * c
+    df["bytes_moved"] = bytes_moved((a, b, c), df["M"], df["N"], df["K"])
     df["intensity"] = 2.0 * df["M"] * df["N"] * df["K"] / df["bytes_moved"]
     seconds = df["time_ms_median"] * 1e-3
     df["bandwidth_TBps"] = df["bytes_moved"] / seconds / 1e12
@@ -196,7 +199,9 @@ def roofs(df: pd.DataFrame, ceilings: dict, physical: dict | None) -> pd.DataFra
 
 
 def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
-    """One row per target x variant x tile x shape: status, reason, instructions, registers, shared memory."""
+    """One row per target x variant x tile x shape: status, reason, the SASS's tensor-core instructions
+    (``sass_mma``: opcode xcount; ``sass``: their short names), spill instructions, registers, memory, and
+    the instruction classes of the generated source."""
     rows = []
     for f in compile_files:
         try:
@@ -210,13 +215,25 @@ def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
         for r in d["records"]:
             r = dict(r)
             r["instructions"] = ",".join(r.get("instructions") or [])
+            if "sass_mma" in r:
+                r["sass"] = ", ".join(dict.fromkeys(sass_short_name(op) for op in r["sass_mma"])) or "none"
+                r["sass_mma"] = "; ".join(f"{op} x{n}" for op, n in r["sass_mma"].items())
             rows.append(r)
-    cols = ["target", "variant", "tile", "shape", "status", "reason", "instructions", "compile_s", "registers",
-            "spill_store_bytes", "smem_static_bytes", "smem_dynamic_bytes"]
+    cols = ["target", "variant", "tile", "shape", "status", "reason", "sass", "sass_mma", "sass_local_loads",
+            "sass_local_stores", "registers", "stack_bytes", "local_bytes", "smem_static_bytes", "smem_dynamic_bytes",
+            "instructions", "compile_s", "sass_tool", "sass_error"]
     df = pd.DataFrame.from_records(rows)
     if df.empty:
         return pd.DataFrame(columns=cols)
     return df[[c for c in cols if c in df]].sort_values(["variant", "target", "tile", "shape"]).reset_index(drop=True)
+
+
+def sass_short_name(opcode: str) -> str:
+    """An opcode without its shape: ``QGMMA.64x128x32.F32.E4M3.E4M3`` -> ``QGMMA F32.E4M3.E4M3`` (accumulator,
+    then operand types), ``HMMA.16816.F32`` -> ``HMMA F32`` (fp16 operands)."""
+    base, *mods = opcode.split(".")
+    types = [m for m in mods if not re.fullmatch(r"\d+(x\d+)*", m)]
+    return " ".join([base, ".".join(types)]) if types else base
 
 
 def compile_summary(cm: pd.DataFrame) -> pd.DataFrame:
@@ -229,6 +246,8 @@ def compile_summary(cm: pd.DataFrame) -> pd.DataFrame:
         regs = g["registers"].max() if "registers" in g else np.nan
         return pd.Series({"status": worst, "kernels": len(g), "ok": int((g["status"] == "ok").sum()),
                           "instructions": ",".join(sorted({i for s in g["instructions"].fillna("") for i in s.split(",") if i})),
+                          "sass": ", ".join(sorted({i for s in g.get("sass", pd.Series(dtype=str)).fillna("")
+                                                    for i in s.split(", ") if i})),
                           "max_registers": regs, "reason": reason})
 
     return cm.groupby(["variant", "target"]).apply(agg, include_groups=False).reset_index()
@@ -371,3 +390,35 @@ def compare_sets(primary: pd.DataFrame, reference: pd.DataFrame, threshold: floa
     slow = both["throughput_ratio"] < 1 - threshold
     both["regression"] = np.where(slow, "slower", np.where(grow, "less accurate", ""))
     return both
+
+
+PROFILE_COLUMNS = ["entry", "dist", "shape", "tile", "target", "limiter", "duration_us", "sm_throughput_pct",
+                   "tensor_pipe_pct", "dram_throughput_pct", "l2_throughput_pct", "achieved_occupancy_pct",
+                   "theoretical_occupancy_pct", "registers_per_thread", "dram_MB", "counted_MB", "dram_over_counted",
+                   "top_stalls", "kernels", "ncu", "git_commit", "date", "file"]
+
+
+def profile_table(folder: str | Path) -> pd.DataFrame:
+    """One row per profile summary under ``folder``/profile (harness/profile.py): the point, its main
+    kernel's SOL figures and limiter, DRAM bytes against the counted bytes, the top stalls."""
+    rows = []
+    for f in sorted(Path(folder).glob("profile/**/*.summary.json")):
+        try:
+            d = read_record(str(f), ("point", "kernels", "limiter"))
+        except UnreadableRecord as e:
+            rows.append({"file": str(f), "limiter": f"unreadable: {e}"})
+            continue
+        main = next(k for k in d["kernels"] if k["name"] == d["main_kernel"])
+        rows.append({**{k: d["point"][k] for k in ("entry", "dist", "shape", "tile", "target")},
+                     "limiter": d["limiter"], "duration_us": d["duration_us"],
+                     **{k: main.get(k) for k in ("sm_throughput_pct", "tensor_pipe_pct", "dram_throughput_pct",
+                                                 "l2_throughput_pct", "achieved_occupancy_pct",
+                                                 "theoretical_occupancy_pct", "registers_per_thread")},
+                     "dram_MB": (d["dram_read_bytes"] + d["dram_write_bytes"]) / 1e6,
+                     "counted_MB": d["counted_bytes"] / 1e6 if d.get("counted_bytes") else None,
+                     "dram_over_counted": d.get("dram_over_counted"),
+                     "top_stalls": ", ".join(f"{s['reason']} {s['cycles_per_issue']:.2f}" for s in main["top_stalls"]),
+                     "kernels": ", ".join(d["kernel_names"]), "ncu": d.get("profile", {}).get("ncu"),
+                     "git_commit": d.get("env", {}).get("git_commit"), "date": d.get("env", {}).get("date"),
+                     "file": str(f)})
+    return pd.DataFrame(rows, columns=PROFILE_COLUMNS)

@@ -50,7 +50,7 @@ from kernels.formats import (
     saturate_fp8,
     unblock,
 )
-from kernels.fp8 import CUBLAS_FP8_E4M3, cublaslt_fp8_shape_limit
+from kernels.fp8 import CUBLAS_FP8_E4M3, FP8_AS_F16_HMMA, FP8_QGMMA, FP8_QMMA, cublaslt_fp8_shape_limit
 from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
 from kernels.tiles import Tile
 
@@ -500,8 +500,12 @@ _SM90_FP8_WGMMA = r"wgmma_ss<tl::DataType::kFloat8_e4m3, tl::DataType::kFloat8_e
 # tensor memory), which is what this pattern records
 _FP8_MMA_SYNC = r"mma_sync<tl::DataType::kFloat8_e4m3, tl::DataType::kFloat8_e4m3, tl::DataType::kFloat32"
 _SM90_KERNEL_INSTRUCTIONS = {"sm_90a": _SM90_FP8_WGMMA, "sm_89": _FP8_MMA_SYNC, "sm_100a": _FP8_MMA_SYNC}
+# in the SASS: as for the fp8 family (kernels/fp8.py), fp16 HMMA on sm_100a (no fp8 mma.sync there)
+_SM90_KERNEL_SASS = {"sm_90a": FP8_QGMMA["e4m3"], "sm_89": FP8_QMMA["e4m3"], "sm_100a": FP8_AS_F16_HMMA}
 # the template names A's dtype only (B's is in the instruction descriptor it is passed)
 _SM100_BLOCKSCALED_MMA = r"tcgen05mma_blockscaled_ss<tl::DataType::kFloat8_e4m3"
+# tcgen05's fp8 MMA; its kind (mxf8f6f4.block_scale) is in the instruction descriptor, not the opcode
+_SM100_BLOCKSCALED_SASS = r"UTCQMMA"
 _NO_BLOCKSCALED_MMA = (
     "T.gemm_blockscaled lowers only to sm_100 tcgen05 (kind::mxf8f6f4.block_scale, scales in tensor memory) "
     "or sm_120 mma.sync; TileLang 0.1.15 on {arch}: \"Block-scaled GEMM requires either Blackwell SM100 "
@@ -547,7 +551,7 @@ CUBLAS_BLOCKWISE_FP8 = _register(
 )
 BLOCKSCALED_SM90 = _register_kernel(
     "blockscaled_sm90", DEEPSEEK_1X128_128X128, emulate_blockscaled_sm90, launch_blockscaled_sm90,
-    partial(blockscaled_sm90_kernel, b_scale="block"), instructions=_SM90_KERNEL_INSTRUCTIONS,
+    partial(blockscaled_sm90_kernel, b_scale="block"), instructions=_SM90_KERNEL_INSTRUCTIONS, sass=_SM90_KERNEL_SASS,
     # promoted every 128 K into full fp32, like cuBLAS's blockwise call (which forbids fast
     # accumulation); the tensorwise promoted cuBLAS call is the second column
     baseline=CUBLAS_BLOCKWISE_FP8.name, second_baseline=CUBLAS_FP8_E4M3.name,
@@ -556,7 +560,7 @@ BLOCKSCALED_SM90 = _register_kernel(
 )
 BLOCKSCALED_G128 = _register_kernel(
     "blockscaled_g128", GENERIC_G128, partial(emulate_blockscaled_g128, g=PROMOTION_K), launch_blockscaled_g128,
-    partial(blockscaled_sm90_kernel, b_scale="row"), instructions=_SM90_KERNEL_INSTRUCTIONS,
+    partial(blockscaled_sm90_kernel, b_scale="row"), instructions=_SM90_KERNEL_INSTRUCTIONS, sass=_SM90_KERNEL_SASS,
     baseline=CUBLAS_BLOCKWISE_FP8.name,  # cuBLAS has no per-row B scales: the DeepSeek recipe is the nearest peer
     second_baseline=CUBLAS_FP8_E4M3.name,
     description="TileLang seed-form fp8 GEMM, per-row-per-128-K scales for both operands, promoted every "
@@ -564,7 +568,7 @@ BLOCKSCALED_G128 = _register_kernel(
 )
 BLOCKSCALED_SM100 = _register_kernel(
     "blockscaled_sm100", MXFP8_E4M3_B32, emulate_blockscaled_sm100, launch_blockscaled_sm100, blockscaled_sm100_kernel,
-    instructions={"sm_100a": _SM100_BLOCKSCALED_MMA},
+    instructions={"sm_100a": _SM100_BLOCKSCALED_MMA}, sass={"sm_100a": _SM100_BLOCKSCALED_SASS},
     unsupported={arch: _NO_BLOCKSCALED_MMA.format(arch=arch) for arch in ("sm_89", "sm_90a")},
     # tcgen05 applies the block scales and accumulates in fp32 tensor memory: the nearest library
     # peer is cuBLAS's blockwise-scaled (promoted) call

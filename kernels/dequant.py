@@ -442,6 +442,9 @@ def launch_torch_dequant_matmul_w4(kernel, ops: Operands, fmt: W4Format) -> torc
 # same kernel with bf16 mma.sync (the per-warp A fragment layout is the same); not tuned there.
 WGMMA_RS_BF16 = r"wgmma_rs<tl::DataType::kBFloat16, tl::DataType::kBFloat16, tl::DataType::kFloat32"
 MMA_SYNC_BF16 = r"mma_sync<tl::DataType::kBFloat16, tl::DataType::kBFloat16, tl::DataType::kFloat32"
+# ... and in the SASS (wgmma_rs and wgmma_ss share the opcode; k is 16 for bf16)
+HGMMA_BF16 = r"HGMMA\.64x\d+x16\.F32\.BF16"
+HMMA_BF16 = r"HMMA\.16816\.F32\.BF16"
 
 
 def _register(tilelang_name: str, torch_name: str, fmt: W4Format) -> W4Format:
@@ -464,6 +467,7 @@ def _register(tilelang_name: str, torch_name: str, fmt: W4Format) -> W4Format:
         # matched peer; torch's decode-then-matmul of the same weight is the second column
         baseline=CUBLAS_BF16.name, second_baseline=torch_variant.name,
         instructions={"sm_90a": WGMMA_RS_BF16, "sm_89": MMA_SYNC_BF16, "sm_100a": MMA_SYNC_BF16},
+        sass={"sm_90a": HGMMA_BF16, "sm_89": HMMA_BF16, "sm_100a": HMMA_BF16},
         description=f"TileLang W4A16 ({fmt.name}): packed weight decoded in registers straight into the "
         "wgmma_rs A operand (Cᵀ = Ŵ·Aᵀ), bf16_rn(value·scale), fp32 accumulation, bf16 out",
     ))

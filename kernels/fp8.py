@@ -126,6 +126,13 @@ def launch_cublas_fp8_e4m3(kernel, ops: Operands, fast_accum: bool) -> torch.Ten
 FP8_TAGS = {"e4m3": "kFloat8_e4m3", "e5m2": "kFloat8_e5m2"}
 FP8_WGMMA_SS = {k: rf"wgmma_ss<tl::DataType::{t}, tl::DataType::{t}, tl::DataType::kFloat32" for k, t in FP8_TAGS.items()}
 FP8_MMA_SYNC = {k: rf"mma_sync<tl::DataType::{t}, tl::DataType::{t}, tl::DataType::kFloat32" for k, t in FP8_TAGS.items()}
+# What ptxas made of them (SASS opcodes, seen on TileLang 0.1.15 cubins): QGMMA on sm_90a, QMMA on sm_89.
+# sm_100a has no fp8 mma.sync: ptxas converts the operands and issues fp16 HMMA (correct results, no
+# fp8 tensor-core rate), which is what its pattern records and the compile matrix shows.
+FP8_SASS_TAGS = {"e4m3": "E4M3", "e5m2": "E5M2"}
+FP8_QGMMA = {k: rf"QGMMA\.64x\d+x32\.F32\.{t}\.{t}" for k, t in FP8_SASS_TAGS.items()}
+FP8_QMMA = {k: rf"QMMA\.16832\.F32\.{t}\.{t}" for k, t in FP8_SASS_TAGS.items()}
+FP8_AS_F16_HMMA = r"HMMA\.16816\.F32"
 
 
 def _register_format(name: str, kind: str) -> Format:
@@ -154,6 +161,7 @@ def _register_tilelang(name: str, fmt: Format, kind: str) -> Variant:
         baseline=CUBLAS_FP8_E4M3_FASTACC.name,
         second_baseline=CUBLAS_FP8_E4M3.name,
         instructions={"sm_90a": FP8_WGMMA_SS[kind], "sm_89": FP8_MMA_SYNC[kind], "sm_100a": FP8_MMA_SYNC[kind]},
+        sass={"sm_90a": FP8_QGMMA[kind], "sm_89": FP8_QMMA[kind], "sm_100a": FP8_AS_F16_HMMA},
         description=f"TileLang {kind}×{kind} GEMM, accumulated in wgmma's fp8 accumulator (fp32 registers, "
         "reduced-precision adds) without promotion, like cuBLAS fast accumulation; per-tensor scales in the "
         "epilogue, bf16 out",

@@ -366,6 +366,11 @@ S4_MMA = r"mma_sync<tl::DataType::kInt4, tl::DataType::kInt4, tl::DataType::kInt
 S8_MMA = r"mma_sync<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt32"
 S8_WGMMA_SS = r"wgmma_ss<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt32"
 S8_WGMMA_RS = r"wgmma_rs<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt32"
+# ... and over the SASS. Hopper and Blackwell have no int4 tensor cores: there ptxas emulates s4
+# mma.sync with s8 IMMA (the seed's int4_mma on sm_90a / sm_100a), which its pattern records.
+S4_IMMA = r"IMMA\.16864\.S4\.S4"
+S8_IMMA = r"IMMA\.16832\.S8\.S8"
+S8_IGMMA = r"IGMMA\.64x\d+x32\.S8\.S8"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,6 +437,7 @@ INT8_TORCH_INT_MM = _register(
 INT8_TILELANG = _register(
     "int8_tilelang", INT4_TENSOR_UNPACKED_S8, launch_int8_tilelang, kernel=int8_tilelang_kernel, out_idx=(2,),
     instructions={"sm_89": S8_MMA, "sm_90a": S8_WGMMA_SS, "sm_100a": S8_MMA}, baseline=INT8_TORCH_INT_MM.name,
+    sass={"sm_89": S8_IMMA, "sm_90a": S8_IGMMA, "sm_100a": S8_IMMA},
     description="TileLang int8 GEMM (s8 wgmma on Hopper) on the int4 values pre-unpacked to int8, int32 out",
 )
 
@@ -452,7 +458,7 @@ _WGMMA_ONLY = (
 def _register_unpack_s8(name: str, a_in_registers: bool, instruction: str, what: str) -> Variant:
     return _register(
         name, INT4_TENSOR, launch_int4_unpack_s8, kernel=partial(int4_unpack_s8_kernel, a_in_registers=a_in_registers),
-        out_idx=(2,), instructions={"sm_90a": instruction}, self_checks=int4_self_checks,
+        out_idx=(2,), instructions={"sm_90a": instruction}, sass={"sm_90a": S8_IGMMA}, self_checks=int4_self_checks,
         unsupported={a: _WGMMA_ONLY.format(arch=a, int8_tilelang=INT8_TILELANG.name) for a in ("sm_89", "sm_100a")},
         shape_limit=int4_unpack_s8_shape_limit, baseline=INT8_TORCH_INT_MM.name,
         description="TileLang int4 GEMM for Hopper: packed int4 TMA-loaded, decoded to int8 in the kernel "
@@ -463,6 +469,7 @@ def _register_unpack_s8(name: str, a_in_registers: bool, instruction: str, what:
 INT4_MMA = _register(
     "int4_mma", INT4_TENSOR, launch_int4_mma, kernel=int4_mma_kernel, out_idx=(2,),
     instructions={"sm_89": S4_MMA, "sm_90a": S4_MMA, "sm_100a": S4_MMA}, pass_configs={"sm_90a": _NO_WS, "sm_100a": _NO_WS},
+    sass={"sm_89": S4_IMMA, "sm_90a": S8_IMMA, "sm_100a": S8_IMMA},
     self_checks=int4_self_checks, baseline=INT8_TORCH_INT_MM.name,
     description="the seed's TileLang int4 GEMM (T.int4 operands, s4 mma.sync, int32 accumulation); "
     "emulated s4 mma on Hopper, warp specialization off there",

@@ -55,6 +55,9 @@ class Variant:
     out_idx: tuple[int, ...] = ()
     # arch -> regex that must appear in the generated CUDA source (a silent fallback fails loudly)
     instructions: dict[str, str] = field(default_factory=dict)
+    # arch -> regex one tensor-core opcode of the kernel's SASS must match in full, modifiers included
+    # (``QGMMA.64x128x32.F32.E4M3.E4M3``): what ptxas emitted, checked before the source
+    sass: dict[str, str] = field(default_factory=dict)
     # arch -> reason the variant cannot build there (recorded as unsupported, not attempted)
     unsupported: dict[str, str] = field(default_factory=dict)
     # TileLang pass configs per arch, e.g. disabling warp specialization
@@ -119,15 +122,22 @@ def get_variant(name: str) -> Variant:
 
 
 def unchecked_targets(variant: Variant, targets: list[str]) -> list[str]:
-    """The targets a TileLang variant would compile for with nothing to prove its instructions: neither an
-    instruction check nor a declared unsupported reason. Library baselines compile nothing: always []."""
+    """The targets a TileLang variant would compile for with nothing to prove its instructions: no declared
+    unsupported reason, and no SASS or no source instruction check. Library baselines compile nothing: []."""
     if variant.kernel is None:
         return []
-    return [t for t in targets if t not in variant.instructions and t not in variant.unsupported]
+    return [t for t in targets if t not in variant.unsupported and (t not in variant.instructions or t not in variant.sass)]
 
 
 def get_format(name: str) -> Format:
     return _lookup(FORMATS, "input format", name)
+
+
+def bytes_moved(per_element: tuple, M, N, K):
+    """The bytes a GEMM reads and writes once each: A (M,K), B (N,K) with their scales, C (M,N), from
+    ``bytes_per_element``'s (a, b, c); M, N, K may be numbers or pandas columns."""
+    a, b, c = per_element
+    return M * K * a + N * K * b + M * N * c
 
 
 def bytes_per_element(variant_name: str, K: int = 512) -> tuple[float, float, float]:

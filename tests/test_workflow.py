@@ -31,7 +31,7 @@ def test_default_config_dry_run_plans_every_stage():
                 c["sweeps"].update(cpu=["64x64x127"])), "sweeps.cpu: shape 64x64x127 does not fit int4_mma"),
     # a target no instruction check covers would compile "ok" with any instructions at all
     (lambda c: c.update(targets=["sm_90a", "sm_75"]),
-     "variants.fp8_e4m3: target sm_75 has no instruction check (kernels/fp8.py Variant.instructions)"),
+     "variants.fp8_e4m3: target sm_75 has no instruction check (kernels/fp8.py Variant.sass and Variant.instructions)"),
     # platforms and run_on
     (lambda c: c.update(run_on=["h300"]), "run_on.0: unknown platform 'h300'"),
     (lambda c: c.update(run_on="h100"), "run_on: 'h100' is not of type 'array'"),

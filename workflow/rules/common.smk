@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO))
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS, VARIANTS, load_all  # noqa: E402
-from kernels.tiles import parse_shape, parse_tile  # noqa: E402
+from kernels.tiles import LIBRARY, parse_shape, parse_tile  # noqa: E402
 
 load_all()
 
@@ -123,9 +123,9 @@ def validate_config(cfg):
         # a target nothing checks would compile "ok" whatever instructions it got (issue 9)
         for target in unchecked_targets(VARIANTS[impl], cfg["targets"]):
             factory = getattr(VARIANTS[impl].kernel, "func", VARIANTS[impl].kernel)
+            source_file = factory.__module__.replace(".", "/")
             raise WorkflowError(f"invalid config:\n  variants.{name}: target {target} has no instruction check "
-                                f"({factory.__module__.replace('.', '/')}.py Variant.instructions) and no declared "
-                                "unsupported reason")
+                                f"({source_file}.py Variant.sass and Variant.instructions) and no declared unsupported reason")
     check_targets(cfg)
     check_shapes_fit_formats(cfg)
     cfg.setdefault("tilelang_cache", ".cache/tilelang")
@@ -463,6 +463,49 @@ def published_points(platform):
         raise WorkflowError(f"results/published/{platform}/points: no published points; publish a family first, "
                             f"e.g. snakemake results/published/{platform}/points/{FAMILIES[0]}")
     return points
+
+
+def host_platform():
+    """The catalogue slug of this planning host's GPU ("cpu" without one, None if no entry matches)."""
+    gpu = detect_gpu()
+    if gpu is None:
+        return "cpu"
+    found = matching_platforms(gpu["gpu_name"], config["platforms"])
+    return found[0] if len(found) == 1 else None
+
+
+def profile_inputs(wc):
+    """A profile's inputs: the point's input files, and for a TileLang entry its compile record and
+    artifacts at this shape. Refuses, before anything runs, a point the entry does not time on that
+    platform, and a local run on a host without that GPU (a cluster job is checked where it lands)."""
+    where = f"results/{wc.platform}/profile/{wc.entry}/{wc.dist}/{wc.shape}/{wc.tile}"
+    if wc.entry not in RUN_VARIANTS:
+        raise WorkflowError(f"{where}: no config entry {wc.entry!r}; entries: {', '.join(RUN_VARIANTS)}")
+    arch = run_arch(wc.platform)
+    tiles = tiles_for(wc.entry, arch) if is_tilelang(wc.entry) else [LIBRARY]
+    for what, value, known in (("shape", wc.shape, variant_shapes(wc.entry, "gpu")), ("distribution", wc.dist,
+                               variant_dists(wc.entry)), (f"tile on {arch}", wc.tile, tiles)):
+        if value not in known:
+            raise WorkflowError(f"{where}: {wc.entry} times no {what} {value!r}; it times: {', '.join(known)}")
+    if workflow.local_exec and (here := host_platform()) != wc.platform:
+        gpu = detect_gpu()
+        raise WorkflowError(f"{where}: profiling runs on a {wc.platform} GPU (config platforms.{wc.platform}.match), "
+                            f"and this host has {repr(gpu['gpu_name']) if gpu else 'no GPU'}; nothing was run. Run it on "
+                            f"a {wc.platform} host, or through a cluster profile (--profile profiles/slurm)")
+    files = {"fp32": f"results/inputs/{wc.dist}/{wc.shape}/fp32.pt",
+             "formats": f"results/inputs/{wc.dist}/{wc.shape}/formats/{impl(wc.entry).input_format}.pt",
+             "manifest": f"results/inputs/{wc.dist}/{wc.shape}/manifest.json",
+             "code": variant_code(wc.entry, "run") + import_closure(["harness.profile"], REPO,
+                                                                     ["workflow/scripts/profile_point.py"])}
+    if is_tilelang(wc.entry):
+        files["compiled"] = sweep_record(wc.entry, arch, wc.tile)
+        files["artifacts"] = f"results/compile/{wc.entry}/{arch}/sweep/{wc.tile}"
+    return files
+
+
+def profile_summaries(folder):
+    """The profile summaries present in a result folder (a report lists every one)."""
+    return sorted(str(p) for p in Path(folder).glob("profile/**/*.summary.json"))
 
 
 def report_failures(limit=40):

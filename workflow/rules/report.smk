@@ -10,6 +10,9 @@ rule report:
         roofs="results/{platform}/roofs.csv",
         ceilings=ceilings_input,
         references=[f for d in config["report"]["compare_with"] for f in result_set_files(d)],
+        # every profile present (this run's and the reference sets'): a new one re-renders the report
+        profiles=lambda wc: [f for d in [f"results/{wc.platform}", *config["report"]["compare_with"]]
+                             for f in profile_summaries(d)],
         code=script_code("report.py"),
     output:
         html="results/{platform}/report.html",
@@ -28,6 +31,7 @@ rule report:
 rule report_published:
     input:
         points=lambda wc: published_points(wc.platform),
+        profiles=lambda wc: profile_summaries(f"results/published/{wc.platform}"),
         code=script_code("report.py"),
     output:
         html="results/published/{platform}/report.html",

@@ -10,7 +10,7 @@ from pathlib import Path  # noqa: E402
 
 from harness.compile import error_summary  # noqa: E402
 from harness.device import check_landed, environment_tags  # noqa: E402
-from harness.inputs import CorruptInput, load_operands  # noqa: E402
+from harness.inputs import CorruptInput, load_point  # noqa: E402
 from harness.runner import run_emulated, run_gpu  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
 from kernels.tiles import EMULATED, LIBRARY, parse_shape, parse_tile  # noqa: E402
@@ -24,31 +24,32 @@ tiles = [parse_tile(t) for t in p.tiles]
 tile_names = [EMULATED] if p.arch is None else ([t.name for t in tiles] if variant.kernel is not None else [LIBRARY])
 
 
-def read_manifest(path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise CorruptInput(f"{path}: unreadable manifest ({type(e).__name__}: {e}); rebuild the input set: "
-                           f"snakemake -f {path}") from e
+def compile_outcomes() -> dict[str, dict[str, tuple[str, str]]]:
+    """{shape: {tile: (status, reason)}} from this platform's compile records (GPU platforms only)."""
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    for f in snakemake.input.get("compiled", []):
+        d = json.loads(Path(f).read_text())
+        for r in d["records"]:
+            out.setdefault(r["shape"], {})[d["tile"]] = (r["status"], r.get("reason", ""))
+    return out
 
 
-def run_shape(fp32, fmt_file, manifest_file):
-    manifest = read_manifest(manifest_file)
-    fmt = manifest["formats"][variant.input_format]
-    raw = load_operands(Path(fp32), manifest["fp32"]["tensors"], manifest["fp32"]["file_sha256"])
-    ops = load_operands(Path(fmt_file), fmt["tensors"], fmt["file_sha256"])
-    sha = {k: v["sha256"] for k, v in fmt["tensors"].items()}
+COMPILED = compile_outcomes() if p.arch is not None else {}
+
+
+def run_shape(shape, fp32, fmt_file, manifest_file):
+    raw, ops, sha = load_point(fp32, fmt_file, manifest_file, variant.input_format)
     if p.arch is None:
         return run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance), sha
     with gpu_lock():
         return run_gpu(variant, raw["A"], raw["B"], ops, tiles, p.arch, p.tolerance,
-                       reps=p.timing["reps"], warmup=p.timing["warmup"]), sha
+                       reps=p.timing["reps"], warmup=p.timing["warmup"], compiled=COMPILED.get(shape)), sha
 
 
 for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
                                                      snakemake.input.manifest, snakemake.output, strict=True):
     try:
-        rows, sha = run_shape(fp32, fmt_file, manifest_file)
+        rows, sha = run_shape(shape, fp32, fmt_file, manifest_file)
     except Exception as e:  # this shape only: the others still run and keep their results
         traceback.print_exc()
         reason = str(e) if isinstance(e, CorruptInput) else error_summary(e)
