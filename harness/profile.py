@@ -27,15 +27,17 @@ NVTX_RANGE = "lpgemm_profiled"
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis",
             "ComputeWorkloadAnalysis")
 # raw metrics the summary reads that the sections above may not collect
-METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed")
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+           "l1tex__throughput.avg.pct_of_peak_sustained_elapsed")
 MAX_LAUNCHES = 16  # a variant's call launches a few kernels; more means the filter let others in
-# Units of peak each SOL figure is a percentage of; the limiter is the busiest. Below BUSY_PCT of peak
+# Units whose SOL figure (% of that unit's peak over the kernel's elapsed time) names the limiter: the
+# busiest. Below BUSY_PCT of peak
 # in every unit the kernel is latency-bound (ncu's own SOL guidance: under 60% points to latency).
 UNITS = {
     "tensor pipe": "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
     "DRAM": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
     "L2": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
-    "L1/shared": "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "L1/shared": "l1tex__throughput.avg.pct_of_peak_sustained_elapsed",
 }
 BUSY_PCT = 60.0
 FIELDS = {
@@ -48,6 +50,8 @@ FIELDS = {
     "tensor_pipe_pct": UNITS["tensor pipe"],
     "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
     "theoretical_occupancy_pct": "sm__maximum_warps_per_active_cycle_pct",
+    "l2_hit_rate_pct": "lts__t_sector_hit_rate.pct",
+    "sm_clock_mhz": "gpc__cycles_elapsed.max.per_second",  # the clock it ran at: ncu leaves clocks alone
     "registers_per_thread": "launch__registers_per_thread",
     "dram_read_bytes": "dram__bytes_read.sum",
     "dram_write_bytes": "dram__bytes_write.sum",
@@ -57,9 +61,10 @@ FIELDS = {
     "waves_per_sm": "launch__waves_per_multiprocessor",
 }
 _STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
-# ncu's raw page states each column's unit on its second line; values are scaled to bytes and µs
+# ncu's raw page states each column's unit on its second line; values are scaled to bytes, µs and MHz
 _SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
-          "nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
+          "nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6,
+          "hz": 1e-6, "Khz": 1e-3, "Mhz": 1, "Ghz": 1e3}
 
 
 class ProfileUnavailable(RuntimeError):
@@ -114,7 +119,7 @@ def parse_raw(text: str) -> pd.DataFrame:
         vals = rows[col].str.replace(",", "", regex=False)
         num = pd.to_numeric(vals, errors="coerce")
         if num.notna().all() and (vals != "").all():
-            out[col] = num * _SCALE.get(units[col].split("/")[0], 1)  # Mbyte -> bytes, Gbyte/s -> bytes/s
+            out[col] = num * _SCALE.get(units[col].split("/")[0], 1)  # Mbyte -> bytes, Gbyte/s -> bytes/s, Ghz -> MHz
         else:
             out[col] = rows[col]
     return pd.DataFrame(out)

@@ -283,10 +283,6 @@ def compile_section(this: dict, figs: Figures) -> str:
             + table(detail, highlight="status", fmt={"compile_s_median": "{:.2f}"}))
 
 
-PROFILE_PCT = ("sm_throughput_pct", "tensor_pipe_pct", "dram_throughput_pct", "l2_throughput_pct",
-               "achieved_occupancy_pct", "theoretical_occupancy_pct")
-
-
 def profiles_section(sets: Sequence[tuple[str | Path, str]]) -> str:
     """Every Nsight Compute profile summary of each (folder, label) result set (harness/profile.py)."""
     frames = [tables.profile_table(folder).assign(set=label) for folder, label in sets]
@@ -298,8 +294,9 @@ def profiles_section(sets: Sequence[tuple[str | Path, str]]) -> str:
            "point (A, B with scales, C once each). Stalls: warp cycles per issued instruction. Profile a point: "
            "<code>snakemake --cores 1 results/&lt;platform&gt;/profile/&lt;entry&gt;/&lt;dist&gt;/&lt;shape&gt;/"
            "&lt;tile&gt;.summary.json</code> (tile <code>lib</code> for a library baseline).</p>")
-    fmt = {c: "{:.1f}" for c in PROFILE_PCT} | {"duration_us": "{:.1f}", "dram_MB": "{:.1f}", "counted_MB": "{:.1f}",
-                                                 "dram_over_counted": "{:.2f}", "registers_per_thread": "{:.0f}"}
+    fmt = {c: "{:.1f}" for c in tables.PROFILE_METRICS} | {"duration_us": "{:.1f}", "dram_MB": "{:.1f}",
+                                                         "counted_MB": "{:.1f}", "dram_over_counted": "{:.2f}",
+                                                         "registers_per_thread": "{:.0f}", "sm_clock_mhz": "{:.0f}"}
     return "<h2>Profiles</h2>" + how + table(prof[["set", *[c for c in prof if c != "set"]]], fmt=fmt)
 
 

@@ -392,10 +392,11 @@ def compare_sets(primary: pd.DataFrame, reference: pd.DataFrame, threshold: floa
     return both
 
 
-PROFILE_COLUMNS = ["entry", "dist", "shape", "tile", "target", "limiter", "duration_us", "sm_throughput_pct",
-                   "tensor_pipe_pct", "dram_throughput_pct", "l2_throughput_pct", "achieved_occupancy_pct",
-                   "theoretical_occupancy_pct", "registers_per_thread", "dram_MB", "counted_MB", "dram_over_counted",
-                   "top_stalls", "kernels", "ncu", "git_commit", "date", "file"]
+PROFILE_METRICS = ("sm_throughput_pct", "tensor_pipe_pct", "dram_throughput_pct", "l2_throughput_pct", "l1_throughput_pct",
+                   "achieved_occupancy_pct", "theoretical_occupancy_pct", "l2_hit_rate_pct", "registers_per_thread",
+                   "sm_clock_mhz")
+PROFILE_COLUMNS = ["entry", "dist", "shape", "tile", "target", "limiter", "duration_us", *PROFILE_METRICS, "dram_MB",
+                   "counted_MB", "dram_over_counted", "top_stalls", "kernels", "ncu", "git_commit", "date", "file"]
 
 
 def profile_table(folder: str | Path) -> pd.DataFrame:
@@ -411,9 +412,7 @@ def profile_table(folder: str | Path) -> pd.DataFrame:
         main = next(k for k in d["kernels"] if k["name"] == d["main_kernel"])
         rows.append({**{k: d["point"][k] for k in ("entry", "dist", "shape", "tile", "target")},
                      "limiter": d["limiter"], "duration_us": d["duration_us"],
-                     **{k: main.get(k) for k in ("sm_throughput_pct", "tensor_pipe_pct", "dram_throughput_pct",
-                                                 "l2_throughput_pct", "achieved_occupancy_pct",
-                                                 "theoretical_occupancy_pct", "registers_per_thread")},
+                     **{k: main.get(k) for k in PROFILE_METRICS},
                      "dram_MB": (d["dram_read_bytes"] + d["dram_write_bytes"]) / 1e6,
                      "counted_MB": d["counted_bytes"] / 1e6 if d.get("counted_bytes") else None,
                      "dram_over_counted": d.get("dram_over_counted"),
