@@ -9,11 +9,12 @@
 #   results/inputs/{dist}/{M}x{N}x{K}/formats/{fmt}.pt   quantized operands per input format
 #   results/compile/{variant}/{target}/{tile}.json            compile check of a target (sweeps.cpu_compile shapes)
 #   results/compile/{variant}/{target}/sweep/{tile}.json      the same at every GPU shape (a GPU platform's arch)
-#   results/compile/{variant}/artifacts/{target}/{tile}/{shape}/kernel.cu, kernel.ptx
+#   results/compile/{variant}/artifacts/{target}/{tile}/{shape}/kernel.cu, .ptx, .cubin, .sass
 #   results/{platform}/{variant}/{dist}/{M}x{N}x{K}.json        one run: a row per tile (lib or emulated for baselines and CPU hosts)
 #   results/{platform}/ceilings.json                     library probes: copy bandwidth, cuBLAS GEMM per precision (GPU hosts)
 #   results/{platform}/tidy.csv|parquet, compile_matrix.csv, roofs.csv (physical and measured limits),
 #   results/{platform}/report.html (self-contained), figures/*.png
+#   results/{platform}/profile/{entry}/{dist}/{M}x{N}x{K}/{tile}.ncu-rep, .raw.csv, .summary.json   on request (ncu)
 #   results/published/{platform}/points/{family}/         committed points of one family refresh (+ provenance.json)
 #   results/published/{platform}/tidy.csv, point_sets.csv, report.html   rebuilt from every family's points
 # platform: "cpu" (CPU emulation) or a slug of config platforms (h200, h100, b200, l40s, a100): config

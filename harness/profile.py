@@ -148,7 +148,7 @@ def summarize(raw: pd.DataFrame, counted_bytes: float | None, top: int = 3) -> d
         k = {"name": r.get("Kernel Name", r.get("launch__kernel_name", "?"))}
         for field, metric in FIELDS.items():
             v = r.get(metric)
-            k[field] = None if v is None or isinstance(v, str) else float(v)
+            k[field] = None if v is None or isinstance(v, str) else round(v) if field.endswith("_bytes") else float(v)
         stalls = {m.group(1): float(r[c]) for c in raw.columns if (m := _STALL.fullmatch(c)) and not isinstance(r[c], str)}
         stalls.pop("selected", None)
         k["top_stalls"] = [{"reason": s, "cycles_per_issue": round(v, 3)}

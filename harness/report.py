@@ -97,7 +97,8 @@ def table(df: pd.DataFrame, highlight: str | None = None, fmt: dict | None = Non
     other non-empty value that is not "ok" (e.g. a regression) pink."""
     if df.empty:
         return "<p><em>(none)</em></p>"
-    sty = df.style.hide(axis="index").format(fmt or {}, precision=4, na_rep="–")
+    # escaped: reasons and kernel names hold "<" (wgmma_ss<...>, Kernel2<cutlass_...>)
+    sty = df.style.hide(axis="index").format(fmt or {}, precision=4, na_rep="–", escape="html")
     if highlight:
         val = df[highlight].astype(str)
         style = val.map(lambda v: STATUS_STYLE.get(v, "" if v in ("", "ok") else "background:#fbe3e6"))

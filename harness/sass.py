@@ -137,6 +137,14 @@ def summarize(sass: str, usage: dict[str, dict[str, int]]) -> dict:
     return rec
 
 
+def short_name(opcode: str) -> str:
+    """An opcode without its shape: ``QGMMA.64x128x32.F32.E4M3.E4M3`` -> ``QGMMA F32.E4M3.E4M3`` (accumulator,
+    then operand types), ``HMMA.16816.F32`` -> ``HMMA F32`` (fp16 operands)."""
+    base, *mods = opcode.split(".")
+    types = [m for m in mods if not re.fullmatch(r"\d+(x\d+)*", m)]
+    return " ".join([base, ".".join(types)]) if types else base
+
+
 def mma_label(sass_mma: dict[str, int]) -> str:
     """A short label of the tensor-core instructions, e.g. ``QGMMA.64x128x32.F32.E4M3.E4M3 x32``; "none"."""
     return "; ".join(f"{op} x{n}" for op, n in sass_mma.items()) or "none"

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from harness import sass
 from kernels.registry import bytes_moved
 
 # the columns that identify a measurement (unique in a tidy table); everything else is a metric or a tag.
@@ -216,7 +216,7 @@ def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
             r = dict(r)
             r["instructions"] = ",".join(r.get("instructions") or [])
             if "sass_mma" in r:
-                r["sass"] = ", ".join(dict.fromkeys(sass_short_name(op) for op in r["sass_mma"])) or "none"
+                r["sass"] = ", ".join(dict.fromkeys(sass.short_name(op) for op in r["sass_mma"])) or "none"
                 r["sass_mma"] = "; ".join(f"{op} x{n}" for op, n in r["sass_mma"].items())
             rows.append(r)
     cols = ["target", "variant", "tile", "shape", "status", "reason", "sass", "sass_mma", "sass_local_loads",
@@ -226,14 +226,6 @@ def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=cols)
     return df[[c for c in cols if c in df]].sort_values(["variant", "target", "tile", "shape"]).reset_index(drop=True)
-
-
-def sass_short_name(opcode: str) -> str:
-    """An opcode without its shape: ``QGMMA.64x128x32.F32.E4M3.E4M3`` -> ``QGMMA F32.E4M3.E4M3`` (accumulator,
-    then operand types), ``HMMA.16816.F32`` -> ``HMMA F32`` (fp16 operands)."""
-    base, *mods = opcode.split(".")
-    types = [m for m in mods if not re.fullmatch(r"\d+(x\d+)*", m)]
-    return " ".join([base, ".".join(types)]) if types else base
 
 
 def compile_summary(cm: pd.DataFrame) -> pd.DataFrame:

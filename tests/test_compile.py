@@ -1,9 +1,16 @@
-"""Cross-compilation without a GPU: instructions, resources, unsupported targets."""
+"""Cross-compilation without a GPU: instructions (SASS and source), resources, unsupported targets."""
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from harness.compile import TILELANG_REFUSALS, compile_record, error_summary, known_refusal
+from harness import sass
+from harness.compile import TILELANG_REFUSALS, build, compile_record, error_summary, known_refusal
+from kernels.fp8 import FP8_QGMMA
 from kernels.registry import get_variant
 from kernels.tiles import parse_tile
 
@@ -19,6 +26,83 @@ def test_hopper_fp8_kernel_uses_wgmma(tmp_path, variant, tag):
     assert tag in (tmp_path / "kernel.cu").read_text()
     assert (tmp_path / "kernel.ptx").stat().st_size > 0
     assert rec["registers"] > 0 and rec["smem_dynamic_bytes"] > 0
+    # the SASS of the cubin, beside the source and PTX, with what it shows
+    ops = rec["sass_mma"]
+    assert ops and all(op.startswith("QGMMA.64x") and op.endswith(f".F32.{variant[4:].upper()}.{variant[4:].upper()}")
+                       for op in ops), ops
+    assert sass.tensor_core_ops(sass.opcodes((tmp_path / "kernel.sass").read_text())) == ops
+    assert (tmp_path / "kernel.cubin").read_bytes()[:4] == b"\x7fELF"
+    assert rec["sass_local_loads"] == rec["sass_local_stores"] == 0 and rec["sass_functions"] == ["main_kernel"]
+    assert rec["smem_static_bytes"] >= 0 and rec["local_bytes"] == 0 and rec["sass_tool"].startswith("cuobjdump ")
+
+
+def test_fp8_without_qgmma_in_its_sass_fails_whatever_its_source_says(tmp_path):
+    # the sm_100a build is fp8 mma.sync in the source, which ptxas turns into fp16 HMMA: a variant that
+    # demands fp8 tensor-core instructions there is failed by the SASS check, before the source check
+    v = get_variant("fp8_e4m3")
+    strict = dataclasses.replace(v, sass={**v.sass, "sm_100a": FP8_QGMMA["e4m3"]})
+    rec = compile_record(strict, 128, 128, 256, TILE, "sm_100a", tmp_path)
+    assert rec["status"] == "failed" and "not in the SASS" in rec["reason"] and "HMMA.16816.F32 x" in rec["reason"]
+    assert rec["instructions"] == ["mma_sync"]  # the source check alone would have passed
+    assert compile_record(v, 128, 128, 256, TILE, "sm_100a", tmp_path / "as_declared")["status"] == "ok"
+
+
+def test_without_a_disassembler_the_instruction_check_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(sass, "_wheel_binary", lambda dist, name: None)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    sass.tools.cache_clear()
+    try:
+        rec = compile_record(get_variant("fp8_e4m3"), 128, 128, 256, TILE, "sm_90a", tmp_path)
+    finally:
+        sass.tools.cache_clear()
+    assert rec["status"] == "failed" and "no SASS" in rec["reason"] and "cuobjdump not found" in rec["reason"]
+    assert "nvidia-cuda-cuobjdump==13.5.37" in rec["reason"]
+
+
+def test_the_cubin_read_is_the_one_nvcc_built(tmp_path):
+    # a fresh compile into an empty TileLang cache: the cubin taken from the kernel's host library is, byte
+    # for byte, the one TileLang's compile step stored (cuda-binaries/<key>/kernel.cubin)
+    code = (
+        "import json, sys\n"
+        "from harness import sass\n"
+        "from harness.compile import build\n"
+        "from kernels.registry import get_variant\n"
+        "from kernels.tiles import parse_tile\n"
+        "k = build(get_variant('int8_tilelang'), 128, 128, 256, parse_tile('m64n64k64_s2_t128'), 'sm_90a')\n"
+        "open(sys.argv[1], 'wb').write(sass.kernel_cubin(k))\n"
+    )
+    env = dict(os.environ, TILELANG_CACHE_DIR=str(tmp_path / "cache"))
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "taken.cubin")], check=True, env=env, cwd=tmp_path)
+    stored = list((tmp_path / "cache").rglob("cuda-binaries/*/kernel.cubin"))
+    assert len(stored) == 1 and json.loads((stored[0].parent / "metadata.json").read_text())["size"] > 0
+    assert (tmp_path / "taken.cubin").read_bytes() == stored[0].read_bytes()
+
+
+def test_embedded_cubins_finds_cuda_elf_images_only(tmp_path):
+    k = build(get_variant("int8_tilelang"), 128, 128, 256, TILE, "sm_90a")
+    cubin = sass.kernel_cubin(k)
+    host_elf = Path(sys.executable).resolve().read_bytes()[:4096]  # an x86-64 ELF header, no CUDA image
+    assert sass.embedded_cubins(b"junk" + cubin + b"more junk") == [cubin]
+    assert sass.embedded_cubins(host_elf) == [] and sass.embedded_cubins(b"") == []
+    assert sass.embedded_cubins(cubin) == [cubin]
+
+
+def test_sass_opcodes_and_labels():
+    text = """
+        /*0560*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R88, gdesc[UR4], RZ, !UPT ;    /* 0x01e0 */
+        /*0640*/              @!P0 QGMMA.64x128x32.F32.E4M3.E4M3 R88, gdesc[UR8], R88 ;         /* 0x01e0 */
+        /*11f0*/                   @UP3 UTCQMMA gdesc[UR28], gdesc[UR30], tmem[UR50], idesc[UR25] ;  /* 0x0034 */
+        /*1200*/                   STL [R1+0x4], R2 ;  /* 0x0034 */
+        /*1210*/                   LDL.LU R2, [R1+0x4] ;  /* 0x0034 */
+        /*1220*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;  /* 0x0034 */
+    """
+    ops = sass.opcodes(text)
+    assert sass.tensor_core_ops(ops) == {"HMMA.16816.F32.BF16": 1, "QGMMA.64x128x32.F32.E4M3.E4M3": 2, "UTCQMMA": 1}
+    rec = sass.summarize(text, {"main_kernel": {"registers": 90, "stack_bytes": 8, "smem_static_bytes": 0, "local_bytes": 0}})
+    assert (rec["sass_local_loads"], rec["sass_local_stores"], rec["registers"]) == (1, 1, 90)
+    assert sass.check(r"QGMMA\.64x\d+x32\.F32\.E4M3\.E4M3", rec["sass_mma"]) == ""
+    assert "not in the SASS" in sass.check(r"QGMMA\.64x\d+x32\.F32\.E5M2\.E5M2", rec["sass_mma"])
+    assert sass.check(r"HMMA\.16816\.F32", rec["sass_mma"])  # matched in full: .BF16 is another opcode
 
 
 def test_a_silent_fallback_fails_loudly(tmp_path):

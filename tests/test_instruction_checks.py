@@ -1,11 +1,16 @@
 """Every instruction check names an instruction and its operand dtypes: each pattern matches its own
-variant's generated CUDA and no source of another instruction class or dtype (a fallback fails)."""
+variant's generated CUDA and no source of another instruction class or dtype (a fallback fails). The
+same for the SASS checks, on the real cubins of those kernels (sm_89, sm_90a, sm_100a): each matches
+the tensor-core opcodes ptxas emitted for its own variant and target, and those of no other."""
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO
 
+from harness import sass
 from harness.compile import build
 from kernels.registry import VARIANTS, load_all
 from kernels.tiles import parse_tile
@@ -36,6 +41,7 @@ STAND_INS = {
 }
 TILELANG = sorted(n for n, v in VARIANTS.items() if v.kernel is not None)
 CHECKS = [(n, t) for n in TILELANG for t in sorted(VARIANTS[n].instructions)]
+SASS_CHECKS = [(n, t) for n in TILELANG for t in sorted(VARIANTS[n].sass)]
 
 
 # TileLang's tensor-core calls: tl::<instruction><tl::DataType::<A>[, <B>, <C>] ...>; read independently
@@ -53,13 +59,30 @@ def _factory(name):
 
 
 @pytest.fixture(scope="module")
-def sources() -> dict[tuple[str, str], str]:
+def kernels() -> dict[tuple[str, str], object]:
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     out = {}
     for name, targets in CORPUS.items():
         tile = parse_tile(cfg["variants"][name]["tiles"]["default"][0])
         for arch in targets:
-            out[name, arch] = build(VARIANTS[name], *SHAPE, tile, arch).get_kernel_source()
+            out[name, arch] = build(VARIANTS[name], *SHAPE, tile, arch)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sources(kernels) -> dict[tuple[str, str], str]:
+    return {key: k.get_kernel_source() for key, k in kernels.items()}
+
+
+@pytest.fixture(scope="module")
+def sass_ops(kernels) -> dict[tuple[str, str], dict[str, int]]:
+    """The tensor-core opcodes of each kernel's real cubin (the one TileLang loads), disassembled here."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for (name, arch), k in kernels.items():
+            cubin = Path(tmp) / f"{name}_{arch}.cubin"
+            cubin.write_bytes(sass.kernel_cubin(k))
+            out[name, arch] = sass.tensor_core_ops(sass.opcodes(sass.disassemble(cubin)))
     return out
 
 
@@ -67,10 +90,12 @@ def test_corpus_covers_every_checked_target():
     assert set(CORPUS) | set(STAND_INS) == set(TILELANG)
     for name, stand_in in STAND_INS.items():
         assert _factory(name) is _factory(stand_in) and VARIANTS[name].instructions == VARIANTS[stand_in].instructions
+        assert VARIANTS[name].sass == VARIANTS[stand_in].sass
     for name, targets in CORPUS.items():
-        assert set(targets) == set(VARIANTS[name].instructions), name
+        assert set(targets) == set(VARIANTS[name].instructions) == set(VARIANTS[name].sass), name
     for name in TILELANG:  # every target the config may name is either checked or declared unsupported
         assert set(TARGETS) <= set(VARIANTS[name].instructions) | set(VARIANTS[name].unsupported), name
+        assert set(TARGETS) <= set(VARIANTS[name].sass) | set(VARIANTS[name].unsupported), name
 
 
 def test_every_source_has_one_tensor_core_instruction(sources):
@@ -102,3 +127,48 @@ def test_fallbacks_named_in_issue_9_fail(sources):
         assert not re.search(fp8["sm_100a"], sources[other, "sm_100a"]), other
     # the block-scaled kernels' sm_89 check wants fp8 operands, not int8 ones
     assert not re.search(VARIANTS["blockscaled_sm90"].instructions["sm_89"], sources["int8_tilelang", "sm_89"])
+
+
+# ---- the SASS checks, on real cubins --------------------------------------------------------------
+
+
+def test_every_kernel_has_one_tensor_core_opcode(sass_ops):
+    for key, ops in sass_ops.items():
+        assert len(ops) == 1, (key, ops)
+
+
+@pytest.mark.parametrize("name,arch", SASS_CHECKS)
+def test_sass_pattern_matches_its_own_cubin(sass_ops, name, arch):
+    pattern = VARIANTS[name].sass[arch]
+    assert not sass.check(pattern, sass_ops[STAND_INS.get(name, name), arch]), (name, arch, sass_ops)
+
+
+@pytest.mark.parametrize("name,arch", SASS_CHECKS)
+def test_sass_pattern_rejects_every_other_opcode(sass_ops, name, arch):
+    pattern = VARIANTS[name].sass[arch]
+    def kinds(ops):  # the instruction and its types, whatever its tile shape (IGMMA.64x128x32 or 64x256x32)
+        return {sass.short_name(op) for op in ops}
+
+    own = kinds(sass_ops[STAND_INS.get(name, name), arch])
+    wrongly = [key for key, ops in sass_ops.items() if kinds(ops) != own and not sass.check(pattern, ops)]
+    assert not wrongly, f"{name} on {arch}: /{pattern}/ also matches {wrongly}"
+    assert sass.check(pattern, {})  # no tensor-core instruction at all fails
+
+
+def test_sass_classes_per_target(sass_ops):
+    """What ptxas makes of TileLang 0.1.15's kernels, class by class (seen; see kernels/*.py)."""
+    def classes(key):
+        return {op.split(".")[0] for op in sass_ops[key]}
+
+    for kind in ("e4m3", "e5m2"):
+        assert classes((f"fp8_{kind}", "sm_90a")) == {"QGMMA"}  # fp8 wgmma
+        assert any(kind.upper() in op for op in sass_ops[f"fp8_{kind}", "sm_90a"])
+        assert classes((f"fp8_{kind}", "sm_89")) == {"QMMA"}  # fp8 mma.sync
+        assert sass_ops[f"fp8_{kind}", "sm_100a"].keys() == {"HMMA.16816.F32"}  # no fp8 mma.sync on sm_100a
+    assert classes(("int8_tilelang", "sm_90a")) == classes(("int4_unpack_s8", "sm_90a")) == {"IGMMA"}
+    assert classes(("dequant_w4_int4_sym_g128", "sm_90a")) == {"HGMMA"}
+    assert classes(("blockscaled_sm90", "sm_90a")) == {"QGMMA"}
+    assert classes(("blockscaled_sm100", "sm_100a")) == {"UTCQMMA"}  # tcgen05
+    # Hopper and Blackwell have no int4 tensor cores: s4 mma.sync becomes s8 IMMA; Ada has s4 IMMA
+    assert sass_ops["int4_mma", "sm_89"].keys() == {"IMMA.16864.S4.S4"}
+    assert sass_ops["int4_mma", "sm_90a"].keys() == sass_ops["int4_mma", "sm_100a"].keys() == {"IMMA.16832.S8.S8"}

@@ -1,8 +1,10 @@
 """The HTML report: self-contained, every figure decodes in a real browser, key numbers present."""
+import json
 import os
 import re
 import shutil
 import subprocess
+from html import escape as html_escape
 
 import pandas as pd
 import pytest
@@ -58,6 +60,12 @@ def test_published_report_renders_in_chromium_with_its_numbers(tmp_path):
     # banner is read from the rows (a GPU run), not from the host rendering it
     assert dom.index('alt="headline"') < dom.index("At a glance") < dom.index('alt="throughput"')
     assert "Run on NVIDIA H200 (sm_90a)" in dom and "Not run on a GPU" not in dom
+    # every committed Nsight Compute profile is listed with its limiter and kernels
+    summaries = sorted((REPO / "results/published/h200/profile").rglob("*.summary.json"))
+    assert summaries and "<h2>Profiles</h2>" in dom
+    for f in summaries:
+        d = json.loads(f.read_text())
+        assert d["limiter"] in dom and all(html_escape(k) in dom for k in d["kernel_names"]), f
 
 
 def test_cpu_report_shows_published_gpu_numbers_labelled(tmp_path):

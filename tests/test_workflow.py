@@ -134,8 +134,13 @@ def test_tiny_cpu_run_then_rerun_one_variant(tiny_workflow):
     assert pd.read_parquet(res / "cpu/tidy.parquet").shape == tidy.shape
     cm = pd.read_csv(res / "cpu/compile_matrix.csv")
     assert set(cm["status"]) == {"ok"} and set(cm["instructions"]) == {"wgmma"}
+    # the SASS of every kernel, beside its source: e4m3 wgmma on sm_90a, no spills
+    assert set(cm["sass"]) == {"QGMMA F32.E4M3.E4M3"} and cm["sass_mma"].str.startswith("QGMMA.64x64x32.F32.E4M3.E4M3 x").all()
+    assert (cm["sass_local_loads"] + cm["sass_local_stores"] == 0).all() and (cm["registers"] > 0).all()
+    art = res / "compile/fp8_e4m3/artifacts/sm_90a/m64n64k64_s2_t128/64x128x128"
+    assert {p.name for p in art.iterdir()} == {"kernel.cu", "kernel.ptx", "kernel.cubin", "kernel.sass"}
     report = (res / "cpu/report.html").read_text()
-    assert "Not run on a GPU" in report and "fp8_e4m3" in report
+    assert "Not run on a GPU" in report and "fp8_e4m3" in report and "QGMMA F32.E4M3.E4M3" in report
     assert (res / "cpu/figures/accuracy.png").stat().st_size > 0
     manifest = json.loads((res / "inputs/normal/64x128x128/manifest.json").read_text())
     assert len(manifest["fp32"]["tensors"]["A"]["sha256"]) == 64 and len(manifest["fp32"]["file_sha256"]) == 64
