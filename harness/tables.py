@@ -221,7 +221,8 @@ def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
             rows.append(r)
     cols = ["target", "variant", "tile", "shape", "status", "reason", "sass", "sass_mma", "sass_local_loads",
             "sass_local_stores", "registers", "stack_bytes", "local_bytes", "smem_static_bytes", "smem_dynamic_bytes",
-            "instructions", "compile_s", "sass_tool", "sass_error"]
+            "instructions", "compile_s", "sass_tool", "sass_error",
+            "spill_store_bytes"]  # ptxas -v's, in records made before the SASS was read
     df = pd.DataFrame.from_records(rows)
     if df.empty:
         return pd.DataFrame(columns=cols)
