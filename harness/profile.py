@@ -31,8 +31,8 @@ METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "sm__pipe_tensor_cyc
            "l1tex__throughput.avg.pct_of_peak_sustained_elapsed")
 MAX_LAUNCHES = 16  # a variant's call launches a few kernels; more means the filter let others in
 # Units whose SOL figure (% of that unit's peak over the kernel's elapsed time) names the limiter: the
-# busiest. Below BUSY_PCT of peak
-# in every unit the kernel is latency-bound (ncu's own SOL guidance: under 60% points to latency).
+# busiest. Below BUSY_PCT of peak in every unit the kernel is latency-bound (ncu's own SOL guidance:
+# under 60% points to latency issues).
 UNITS = {
     "tensor pipe": "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
     "DRAM": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",

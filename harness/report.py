@@ -301,7 +301,6 @@ def profiles_section(sets: Sequence[tuple[str | Path, str]]) -> str:
     return "<h2>Profiles</h2>" + how + table(prof[["set", *[c for c in prof if c != "set"]]], fmt=fmt)
 
 
-
 def comparison_section(this: dict, refs: Sequence[dict], threshold: float, figs: Figures) -> str:
     """This set against each reference set: regressions over ``threshold`` flagged; the figure shows the first."""
     parts = []
