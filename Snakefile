@@ -17,6 +17,7 @@
 #   results/{platform}/profile/{entry}/{dist}/{M}x{N}x{K}/{tile}.ncu-rep, .raw.csv, .summary.json   on request (ncu)
 #   results/published/{platform}/points/{family}/         committed points of one family refresh (+ provenance.json)
 #   results/published/{platform}/tidy.csv, point_sets.csv, report.html   rebuilt from every family's points
+#   results/published/{platform}/profile/{entry}/{dist}/{M}x{N}x{K}/{tile}/summary.json, raw.csv   committed profiles
 # platform: "cpu" (CPU emulation) or a slug of config platforms (h200, h100, b200, l40s, a100): config
 # run_on lists those to run ("auto": this host); target: an nvcc arch (sm_90a); tile: kernels/tiles.py
 # grammar, "lib" for a library baseline, "emulated" on the CPU.

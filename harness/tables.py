@@ -396,7 +396,7 @@ def profile_table(folder: str | Path) -> pd.DataFrame:
     """One row per profile summary under ``folder``/profile (harness/profile.py): the point, its main
     kernel's SOL figures and limiter, DRAM bytes against the counted bytes, the top stalls."""
     rows = []
-    for f in sorted(Path(folder).glob("profile/**/*.summary.json")):
+    for f in sorted(Path(folder).glob("profile/**/*summary.json")):  # <tile>.summary.json; published: <tile>/summary.json
         try:
             d = read_record(str(f), ("point", "kernels", "limiter"))
         except UnreadableRecord as e:

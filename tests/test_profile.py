@@ -1,6 +1,7 @@
 """Nsight Compute profiles: the summary parser on a real H200 export, the ncu command line, the profile
 target's refusals before anything runs, and the report's table of profiles."""
 import json
+import os
 import shutil
 
 import pandas as pd
@@ -107,3 +108,21 @@ def test_profile_target_is_refused_before_anything_runs(tmp_path, target, words)
     proc = snakemake(wf, target, check=False)
     assert proc.returncode != 0 and words in " ".join((proc.stdout + proc.stderr).split()), proc.stderr[-3000:]
     assert not (wf / "results/inputs").exists() and not (wf / "results/compile").exists()  # nothing ran
+
+
+@pytest.mark.workflow
+def test_published_profiles_are_sources_no_report_rebuilds(tmp_path, monkeypatch):
+    # on a host where profiling could run (an H200, faked: nvidia-smi is all that planning asks), a report
+    # that lists the published profiles must not plan re-profiling them (committed sources, like points)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H200, 9.0'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    cfg = tiny_config() | {"report": {"compare_with": ["results/published/h200"], "regression_threshold": 0.05}}
+    wf = copy_workflow(tmp_path / "wf", cfg)
+    assert list((wf / "results/published/h200/profile").rglob("summary.json"))
+    proc = snakemake(wf, "-n", "results/cpu/report.html")
+    out = proc.stdout + proc.stderr
+    assert "rule report:" in out, out[-2000:]
+    assert "rule profile:" not in out and "rule publish_profile:" not in out, out[-3000:]

@@ -504,8 +504,9 @@ def profile_inputs(wc):
 
 
 def profile_summaries(folder):
-    """The profile summaries present in a result folder (a report lists every one)."""
-    return sorted(str(p) for p in Path(folder).glob("profile/**/*.summary.json"))
+    """The profile summaries present in a result folder (a report lists every one): a platform's
+    ``<tile>.summary.json``, a published folder's ``<tile>/summary.json``."""
+    return sorted(str(p) for p in Path(folder).glob("profile/**/*summary.json"))
 
 
 def report_failures(limit=40):

@@ -4,8 +4,9 @@
 #   results/{platform}/profile/{entry}/{dist}/{shape}/{tile}.summary.json   what the report lists: SOL %,
 #       occupancy, DRAM bytes vs the point's counted bytes, top stalls, registers, kernels, limiter
 # tile: a tile the entry runs on that platform's arch, or "lib" for a library baseline. Nothing asks for
-# a profile by default; ask for the summary file. The published copy of a summary (and its raw page):
-#   results/published/{platform}/profile/...: snakemake --cores 1 results/published/h200/profile/<same path>
+# a profile by default; ask for the summary file. The published copy of a summary and its raw page:
+#   results/published/{platform}/profile/{entry}/{dist}/{shape}/{tile}/summary.json, raw.csv
+#   (snakemake --cores 1 results/published/h200/profile/<entry>/<dist>/<shape>/<tile>)
 
 
 rule profile:
@@ -35,12 +36,13 @@ rule profile:
 
 
 rule publish_profile:
+    # a folder per point, like the published points: its files are committed sources, which no job
+    # rebuilds when a report reads them
     input:
         summary="results/{platform}/profile/{entry}/{dist}/{shape}/{tile}.summary.json",
         raw="results/{platform}/profile/{entry}/{dist}/{shape}/{tile}.raw.csv",
     output:
-        summary="results/published/{platform}/profile/{entry}/{dist}/{shape}/{tile}.summary.json",
-        raw="results/published/{platform}/profile/{entry}/{dist}/{shape}/{tile}.raw.csv",
+        directory("results/published/{platform}/profile/{entry}/{dist}/{shape}/{tile}"),
     wildcard_constraints:
         platform=GPU_PLATFORM,
         entry="[a-z0-9_]+",
@@ -49,4 +51,4 @@ rule publish_profile:
     log:
         "results/logs/published/{platform}/profile/{entry}/{dist}/{shape}/{tile}.log",
     shell:
-        "(cp {input.summary} {output.summary} && cp {input.raw} {output.raw}) 2> {log}"
+        "(mkdir -p {output} && cp {input.summary} {output}/summary.json && cp {input.raw} {output}/raw.csv) 2> {log}"
