@@ -274,7 +274,7 @@ def compile_section(this: dict, figs: Figures) -> str:
     aggs = {"kernels": ("tile", "size"), "compile_s_median": ("compile_s", "median"), "max_registers": ("registers", "max"),
             "max_smem_dynamic_bytes": ("smem_dynamic_bytes", "max")}
     if "sass" in cm:  # records made before the SASS was read have none
-        aggs = {"sass": ("sass", lambda x: ", ".join(sorted({i for v in x.dropna() for i in v.split(", ") if i}))),
+        aggs = {"sass": ("sass", tables.sass_names),
                 **aggs, "max_spill_instructions": ("spill_instructions", "max")}
         cm = cm.assign(spill_instructions=cm["sass_local_loads"] + cm["sass_local_stores"])
     detail = cm.groupby(["variant", "target", "status", "reason"], dropna=False).agg(**aggs).reset_index()

@@ -217,7 +217,7 @@ def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
             r["instructions"] = ",".join(r.get("instructions") or [])
             if "sass_mma" in r:
                 r["sass"] = ", ".join(dict.fromkeys(sass.short_name(op) for op in r["sass_mma"])) or "none"
-                r["sass_mma"] = "; ".join(f"{op} x{n}" for op, n in r["sass_mma"].items())
+                r["sass_mma"] = sass.mma_label(r["sass_mma"])
             rows.append(r)
     cols = ["target", "variant", "tile", "shape", "status", "reason", "sass", "sass_mma", "sass_local_loads",
             "sass_local_stores", "registers", "stack_bytes", "local_bytes", "smem_static_bytes", "smem_dynamic_bytes",
@@ -227,6 +227,11 @@ def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=cols)
     return df[[c for c in cols if c in df]].sort_values(["variant", "target", "tile", "shape"]).reset_index(drop=True)
+
+
+def sass_names(values: pd.Series) -> str:
+    """The distinct short SASS names in a column of ``compile_matrix``'s ``sass`` ("A, B" each), sorted."""
+    return ", ".join(sorted({name for v in values.dropna() for name in v.split(", ") if name}))
 
 
 def compile_summary(cm: pd.DataFrame) -> pd.DataFrame:
@@ -239,8 +244,7 @@ def compile_summary(cm: pd.DataFrame) -> pd.DataFrame:
         regs = g["registers"].max() if "registers" in g else np.nan
         return pd.Series({"status": worst, "kernels": len(g), "ok": int((g["status"] == "ok").sum()),
                           "instructions": ",".join(sorted({i for s in g["instructions"].fillna("") for i in s.split(",") if i})),
-                          "sass": ", ".join(sorted({i for s in g.get("sass", pd.Series(dtype=str)).fillna("")
-                                                    for i in s.split(", ") if i})),
+                          "sass": sass_names(g.get("sass", pd.Series(dtype=str))),
                           "max_registers": regs, "reason": reason})
 
     return cm.groupby(["variant", "target"]).apply(agg, include_groups=False).reset_index()
@@ -392,11 +396,17 @@ PROFILE_COLUMNS = ["entry", "dist", "shape", "tile", "target", "limiter", "durat
                    "counted_MB", "dram_over_counted", "top_stalls", "kernels", "ncu", "git_commit", "date", "file"]
 
 
+def profile_summary_files(folder: str | Path) -> list[Path]:
+    """The profile summaries under ``folder``/profile: a platform's ``<tile>.summary.json``, a published
+    folder's ``<tile>/summary.json``."""
+    return sorted(Path(folder).glob("profile/**/*summary.json"))
+
+
 def profile_table(folder: str | Path) -> pd.DataFrame:
     """One row per profile summary under ``folder``/profile (harness/profile.py): the point, its main
     kernel's SOL figures and limiter, DRAM bytes against the counted bytes, the top stalls."""
     rows = []
-    for f in sorted(Path(folder).glob("profile/**/*summary.json")):  # <tile>.summary.json; published: <tile>/summary.json
+    for f in profile_summary_files(folder):
         try:
             d = read_record(str(f), ("point", "kernels", "limiter"))
         except UnreadableRecord as e:

@@ -16,6 +16,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
+from harness.tables import profile_summary_files  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS, VARIANTS, load_all  # noqa: E402
 from kernels.tiles import LIBRARY, parse_shape, parse_tile  # noqa: E402
 
@@ -504,9 +505,8 @@ def profile_inputs(wc):
 
 
 def profile_summaries(folder):
-    """The profile summaries present in a result folder (a report lists every one): a platform's
-    ``<tile>.summary.json``, a published folder's ``<tile>/summary.json``."""
-    return sorted(str(p) for p in Path(folder).glob("profile/**/*summary.json"))
+    """The profile summaries present in a result folder (a report lists every one)."""
+    return [str(p) for p in profile_summary_files(folder)]
 
 
 def report_failures(limit=40):
