@@ -1,6 +1,6 @@
 """Tile configurations, named CUTLASS-style so that a name encodes the whole configuration.
 
-Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col|sq}][_z{panel}]``
+Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col|sq}][_z{panel}][_p{promote}]``
 e.g. ``m128n256k128_s3_t256_wrow_z8``. ``lib`` names a library baseline (no tile), ``emulated``
 the CPU emulation of a variant's arithmetic.
 """
@@ -13,7 +13,7 @@ LIBRARY = "lib"
 EMULATED = "emulated"
 _TILE_RE = re.compile(
     r"^m(?P<block_M>\d+)n(?P<block_N>\d+)k(?P<block_K>\d+)_s(?P<num_stages>\d+)_t(?P<threads>\d+)"
-    r"(?:_w(?P<policy>row|col|sq))?(?:_z(?P<swizzle>\d+))?$"
+    r"(?:_w(?P<policy>row|col|sq))?(?:_z(?P<swizzle>\d+))?(?:_p(?P<promote>\d+))?$"
 )
 _POLICIES = {"row": "FullRow", "col": "FullCol", "sq": "Square", None: "Square"}
 
@@ -27,6 +27,7 @@ class Tile:
     threads: int
     policy: str = "Square"  # name of a T.GemmWarpPolicy member
     swizzle: int = 0  # threadblock rasterization panel; 0 = off
+    promote: int = 0  # fp32 promotion of the accumulator every ``promote`` K blocks; 0 = never
 
     @property
     def name(self) -> str:
@@ -36,6 +37,8 @@ class Tile:
             s += f"_w{short}"
         if self.swizzle:
             s += f"_z{self.swizzle}"
+        if self.promote:
+            s += f"_p{self.promote}"
         return s
 
 
@@ -44,7 +47,7 @@ def parse_tile(name: str) -> Tile:
     m = _TILE_RE.match(name)
     if not m:
         raise ValueError(
-            f"bad tile name {name!r}: expected m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol|_wsq][_z<panel>],"
+            f"bad tile name {name!r}: expected m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol|_wsq][_z<panel>][_p<promote every n K blocks>],"
             " e.g. m128n256k128_s3_t256_wrow_z8"
         )
     d = m.groupdict()
@@ -56,6 +59,7 @@ def parse_tile(name: str) -> Tile:
         threads=int(d["threads"]),
         policy=_POLICIES[d["policy"]],
         swizzle=int(d["swizzle"] or 0),
+        promote=int(d["promote"] or 0),
     )
     for field in ("block_M", "block_N", "block_K", "num_stages", "threads"):
         if getattr(tile, field) <= 0:

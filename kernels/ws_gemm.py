@@ -1,0 +1,202 @@
+"""A warp-specialized, persistent TN GEMM for Hopper: C = (A·Bᵀ)·scale, A (M,K), B (N,K).
+
+Why not ``T.gemm`` in ``T.Pipelined``: ``T.gemm`` waits for its own wgmma batch before the stage is
+released, so the tensor core idles while each warpgroup waits. Here the waits are written by hand:
+
+- one producer warpgroup (few registers, ``T.dec_max_nreg``) walks the CTA's tiles and K blocks and
+  TMA-loads A and B into a ring of ``num_stages`` shared buffers, each guarded by a *full* barrier
+  (the TMA's bytes landed) and an *empty* barrier (every consumer warp is done reading it);
+- one or two consumer warpgroups (``T.inc_max_nreg``), 64 output rows each, wait on *full*, issue
+  ``T.wgmma_gemm`` (no implicit wait), then ``T.wait_wgmma(1)``: the batch just issued keeps running
+  while the previous one is drained and its stage released. One batch is always in flight.
+- the grid is persistent: ``min(tiles, num_sms)`` CTAs, each taking tiles ``pid, pid + grid, …`` in
+  grouped order (``group_M`` M blocks share an N band, so one wave's A and B stay in L2);
+- the epilogue scales, casts and stores straight from registers while the producer already loads
+  the CTA's next tile.
+
+``promote`` > 0 adds fp32 promotion: the wgmma accumulator is added into a second fp32 accumulator
+every ``promote`` K blocks and restarted, as cuBLAS's default (non fast-accumulation) fp8 GEMM does,
+bounding the reduced-precision adds of Hopper's fp8 wgmma to ``promote·block_K`` products.
+
+Like ``tn_gemm``, modules using this must not use ``from __future__ import annotations``.
+"""
+from dataclasses import dataclass
+
+from kernels.tiles import Tile
+
+WARPGROUP = 128
+ROWS_PER_CONSUMER = 64  # a wgmma's M
+H200_SMS = 132
+# setmaxnreg budgets (multiples of 8; 40 + 2·232 ≤ 512 per thread slot of a 384-thread CTA)
+PRODUCER_REGS = 40
+CONSUMER_REGS = {1: 240, 2: 232}
+PASS_CONFIGS = {
+    # the hand-written producer/consumer split must not be split again by TileLang's own pass,
+    # and the barriers order the shared-memory accesses, so no extra __syncthreads either
+    "tl.disable_warp_specialized": True,
+    "tl.disable_thread_storage_sync": True,
+}
+
+
+@dataclass(frozen=True)
+class WsShape:
+    """The launch of one (M, N, K, tile): consumer warpgroups, grid, tiles per CTA."""
+
+    consumers: int
+    threads: int
+    m_blocks: int
+    n_blocks: int
+    k_blocks: int
+    grid: int
+    waves: int
+
+    @property
+    def tiles(self) -> int:
+        return self.m_blocks * self.n_blocks
+
+
+def ws_shape(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS) -> WsShape:
+    """Check a tile against the kernel's form and size its persistent launch."""
+    if tile.block_M not in (64, 128):
+        raise ValueError(f"tile {tile.name}: block_M must be 64 or 128 (one or two 64-row consumer warpgroups)")
+    consumers = tile.block_M // ROWS_PER_CONSUMER
+    if tile.threads != WARPGROUP * (consumers + 1):
+        raise ValueError(
+            f"tile {tile.name}: threads must be {WARPGROUP * (consumers + 1)}"
+            f" (one producer and {consumers} consumer warpgroup(s) for block_M={tile.block_M})")
+    if tile.block_N % 8 or not 8 <= tile.block_N <= 256:
+        raise ValueError(f"tile {tile.name}: block_N must be a multiple of 8 in [8, 256] (a wgmma's N)")
+    if tile.num_stages < 2:
+        raise ValueError(f"tile {tile.name}: the ring needs at least 2 stages")
+    m_blocks, n_blocks, k_blocks = -(-M // tile.block_M), -(-N // tile.block_N), -(-K // tile.block_K)
+    grid = min(m_blocks * n_blocks, num_sms)
+    return WsShape(consumers, tile.threads, m_blocks, n_blocks, k_blocks, grid, -(-m_blocks * n_blocks // grid))
+
+
+def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtype: str = "float32",
+                   out_dtype: str = "bfloat16", num_sms: int = H200_SMS):
+    """TileLang prim_func: A (M,K), B (N,K) in ``in_dtype``, scale (1,) fp32, C (M,N) ``out_dtype``."""
+    import tilelang.language as T
+
+    bM, bN, bK, S = tile.block_M, tile.block_N, tile.block_K, tile.num_stages
+    shape = ws_shape(M, N, K, tile, num_sms)
+    consumers, grid, waves, k_blocks = shape.consumers, shape.grid, shape.waves, shape.k_blocks
+    m_blocks, n_blocks, tiles = shape.m_blocks, shape.n_blocks, shape.tiles
+    group_M = max(tile.swizzle, 1)
+    promote = tile.promote
+    half = ROWS_PER_CONSUMER
+    consumer_warps = consumers * WARPGROUP // 32
+
+    @T.macro
+    def tile_coords(t, mb, nb):
+        """Grouped raster: ``group_M`` M blocks walk one N band together (the last group may be short)."""
+        per_group = group_M * n_blocks
+        first = (t // per_group) * group_M
+        size = T.min(group_M, m_blocks - first)
+        mb[0] = first + (t % per_group) % size
+        nb[0] = (t % per_group) // size
+
+    @T.macro
+    def consume(A_s, B_s, full, empty, C, scale, acc, part, wg, pid):
+        """One consumer warpgroup: for each tile, drain the ring over K keeping one wgmma batch in
+        flight, then write its 64 rows."""
+        T.inc_max_nreg(CONSUMER_REGS[consumers])
+        lane = T.get_thread_binding() % 32
+        gi = T.alloc_var("int32", init=0)
+        prev = T.alloc_var("int32", init=0)
+        mb = T.alloc_local((1,), "int32")
+        nb = T.alloc_local((1,), "int32")
+        for w in T.serial(waves):
+            t = w * grid + pid
+            if t < tiles:
+                tile_coords(t, mb, nb)
+                if promote:
+                    T.clear(acc)
+                for ki in T.serial(k_blocks):
+                    slot = gi % S
+                    T.barrier_wait(full[slot], (gi // S) & 1)
+                    target = part if promote else acc
+                    T.wgmma_gemm(A_s[slot, :, :], B_s[slot, :, :], target, transpose_B=True,
+                                 policy=T.GemmWarpPolicy.FullRow,
+                                 clear_accum=(ki % promote == 0) if promote else (ki == 0))
+                    if promote:
+                        # the partial sum must be complete before it is added: at a group's last K
+                        # block drain both batches, release both stages, then promote
+                        if ((ki % promote) == promote - 1) | (ki == k_blocks - 1):
+                            T.wait_wgmma(0)
+                            if lane == 0:
+                                if ki % promote != 0:
+                                    T.barrier_arrive(empty[prev])
+                                T.barrier_arrive(empty[slot])
+                            T.warpgroup_fence_operand(part, num_regs=half * bN // WARPGROUP)
+                            for i, j in T.Parallel(half, bN):
+                                acc[i, j] += part[i, j]
+                        elif ki % promote != 0:
+                            T.wait_wgmma(1)
+                            if lane == 0:
+                                T.barrier_arrive(empty[prev])
+                    elif ki > 0:
+                        T.wait_wgmma(1)
+                        if lane == 0:
+                            T.barrier_arrive(empty[prev])
+                    prev = slot
+                    gi = gi + 1
+                if not promote:
+                    T.wait_wgmma(0)
+                    if lane == 0:
+                        T.barrier_arrive(empty[prev])
+                    T.warpgroup_fence_operand(acc, num_regs=half * bN // WARPGROUP)
+                for i, j in T.Parallel(half, bN):
+                    acc[i, j] = acc[i, j] * scale[0]
+                T.copy(acc, C[mb[0] * bM + wg * half, nb[0] * bN])
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), in_dtype),
+        B: T.Tensor((N, K), in_dtype),
+        scale: T.Tensor((1,), "float32"),
+        C: T.Tensor((M, N), out_dtype),
+    ):
+        with T.Kernel(grid, threads=shape.threads) as pid:
+            A_s0 = T.alloc_shared((S, half, bK), in_dtype)
+            B_s = T.alloc_shared((S, bN, bK), in_dtype)
+            acc0 = T.alloc_fragment((half, bN), accum_dtype)
+            part0 = T.alloc_fragment((half, bN), accum_dtype) if promote else acc0
+            if consumers == 2:
+                A_s1 = T.alloc_shared((S, half, bK), in_dtype)
+                acc1 = T.alloc_fragment((half, bN), accum_dtype)
+                part1 = T.alloc_fragment((half, bN), accum_dtype) if promote else acc1
+            # full: all 128 producer threads arrive once the stage's loads are issued (the TMA adds
+            # its bytes); empty: lane 0 of every consumer warp arrives once it is done reading.
+            full = T.alloc_barrier([WARPGROUP] * S)
+            empty = T.alloc_barrier([consumer_warps] * S)
+            tx = T.get_thread_binding()
+            T.sync_threads()
+            if tx < WARPGROUP:
+                T.dec_max_nreg(PRODUCER_REGS)
+                gi = T.alloc_var("int32", init=0)
+                mb = T.alloc_local((1,), "int32")
+                nb = T.alloc_local((1,), "int32")
+                for w in T.serial(waves):
+                    t = w * grid + pid
+                    if t < tiles:
+                        tile_coords(t, mb, nb)
+                        for ki in T.serial(k_blocks):
+                            slot = gi % S
+                            T.barrier_wait(empty[slot], ((gi // S) & 1) ^ 1)
+                            T.tma_copy(A[mb[0] * bM:mb[0] * bM + half, ki * bK:(ki + 1) * bK], A_s0[slot, :, :],
+                                       barrier=full[slot])
+                            if consumers == 2:
+                                T.tma_copy(A[mb[0] * bM + half:(mb[0] + 1) * bM, ki * bK:(ki + 1) * bK],
+                                           A_s1[slot, :, :], barrier=full[slot])
+                            T.tma_copy(B[nb[0] * bN:(nb[0] + 1) * bN, ki * bK:(ki + 1) * bK], B_s[slot, :, :],
+                                       barrier=full[slot])
+                            T.barrier_arrive(full[slot])
+                            gi = gi + 1
+            elif tx < 2 * WARPGROUP:
+                consume(A_s0, B_s, full, empty, C, scale, acc0, part0, 0, pid)
+            else:
+                if consumers == 2:
+                    consume(A_s1, B_s, full, empty, C, scale, acc1, part1, 1, pid)
+
+    return main
