@@ -74,7 +74,7 @@ def ws_shape(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS) -> WsS
 
 
 def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtype: str = "float32",
-                   out_dtype: str = "bfloat16", num_sms: int = H200_SMS):
+                   out_dtype: str = "bfloat16", num_sms: int = H200_SMS, tma_store: bool = True):
     """TileLang prim_func: A (M,K), B (N,K) in ``in_dtype``, scale (1,) fp32, C (M,N) ``out_dtype``."""
     import tilelang.language as T
 
@@ -97,7 +97,7 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
         nb[0] = (t % per_group) // size
 
     @T.macro
-    def consume(A_s, B_s, full, empty, C, scale, acc, part, wg, pid):
+    def consume(A_s, B_s, C_s, full, empty, C, scale, acc, part, wg, pid):
         """One consumer warpgroup: for each tile, drain the ring over K keeping one wgmma batch in
         flight, then write its 64 rows."""
         T.inc_max_nreg(CONSUMER_REGS[consumers])
@@ -148,7 +148,19 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
                     T.warpgroup_fence_operand(acc, num_regs=half * bN // WARPGROUP)
                 for i, j in T.Parallel(half, bN):
                     acc[i, j] = acc[i, j] * scale[0]
-                T.copy(acc, C[mb[0] * bM + wg * half, nb[0] * bN])
+                if tma_store:
+                    # the previous tile's store must have read C_s before it is overwritten; then the
+                    # TMA store runs on while this warpgroup starts its next tile
+                    T.tma_store_wait(0)
+                    T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
+                    T.copy(acc, C_s)
+                    T.fence_proxy_async()
+                    T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
+                    T.tma_copy(C_s, C[mb[0] * bM + wg * half:mb[0] * bM + (wg + 1) * half, nb[0] * bN:(nb[0] + 1) * bN])
+                else:
+                    T.copy(acc, C[mb[0] * bM + wg * half, nb[0] * bN])
+        if tma_store:
+            T.tma_store_wait(0)
 
     @T.prim_func
     def main(
@@ -160,10 +172,12 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
         with T.Kernel(grid, threads=shape.threads) as pid:
             A_s0 = T.alloc_shared((S, half, bK), in_dtype)
             B_s = T.alloc_shared((S, bN, bK), in_dtype)
+            C_s0 = T.alloc_shared((half, bN), out_dtype) if tma_store else None
             acc0 = T.alloc_fragment((half, bN), accum_dtype)
             part0 = T.alloc_fragment((half, bN), accum_dtype) if promote else acc0
             if consumers == 2:
                 A_s1 = T.alloc_shared((S, half, bK), in_dtype)
+                C_s1 = T.alloc_shared((half, bN), out_dtype) if tma_store else None
                 acc1 = T.alloc_fragment((half, bN), accum_dtype)
                 part1 = T.alloc_fragment((half, bN), accum_dtype) if promote else acc1
             # full: all 128 producer threads arrive once the stage's loads are issued (the TMA adds
@@ -194,9 +208,9 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
                             T.barrier_arrive(full[slot])
                             gi = gi + 1
             elif tx < 2 * WARPGROUP:
-                consume(A_s0, B_s, full, empty, C, scale, acc0, part0, 0, pid)
+                consume(A_s0, B_s, C_s0, full, empty, C, scale, acc0, part0, 0, pid)
             else:
                 if consumers == 2:
-                    consume(A_s1, B_s, full, empty, C, scale, acc1, part1, 1, pid)
+                    consume(A_s1, B_s, C_s1, full, empty, C, scale, acc1, part1, 1, pid)
 
     return main
