@@ -1,6 +1,6 @@
 """Tile configurations, named CUTLASS-style so that a name encodes the whole configuration.
 
-Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col|sq}][_z{panel}][_p{promote}]``
+Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col|sq}][_z{panel}][_p{promote}][_swapab]``
 e.g. ``m128n256k128_s3_t256_wrow_z8``. ``lib`` names a library baseline (no tile), ``emulated``
 the CPU emulation of a variant's arithmetic.
 """
@@ -13,7 +13,7 @@ LIBRARY = "lib"
 EMULATED = "emulated"
 _TILE_RE = re.compile(
     r"^m(?P<block_M>\d+)n(?P<block_N>\d+)k(?P<block_K>\d+)_s(?P<num_stages>\d+)_t(?P<threads>\d+)"
-    r"(?:_w(?P<policy>row|col|sq))?(?:_z(?P<swizzle>\d+))?(?:_p(?P<promote>\d+))?$"
+    r"(?:_w(?P<policy>row|col|sq))?(?:_z(?P<swizzle>\d+))?(?:_p(?P<promote>\d+))?(?P<swap_ab>_swapab)?$"
 )
 _POLICIES = {"row": "FullRow", "col": "FullCol", "sq": "Square", None: "Square"}
 
@@ -28,6 +28,7 @@ class Tile:
     policy: str = "Square"  # name of a T.GemmWarpPolicy member
     swizzle: int = 0  # threadblock rasterization panel; 0 = off
     promote: int = 0  # fp32 promotion of the accumulator every ``promote`` K blocks; 0 = never
+    swap_ab: bool = False  # compute Cᵀ = B·Aᵀ: block_M tiles N and block_N tiles M (for small M)
 
     @property
     def name(self) -> str:
@@ -39,6 +40,8 @@ class Tile:
             s += f"_z{self.swizzle}"
         if self.promote:
             s += f"_p{self.promote}"
+        if self.swap_ab:
+            s += "_swapab"
         return s
 
 
@@ -47,7 +50,7 @@ def parse_tile(name: str) -> Tile:
     m = _TILE_RE.match(name)
     if not m:
         raise ValueError(
-            f"bad tile name {name!r}: expected m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol|_wsq][_z<panel>][_p<promote every n K blocks>],"
+            f"bad tile name {name!r}: expected m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol|_wsq][_z<panel>][_p<promote every n K blocks>][_swapab],"
             " e.g. m128n256k128_s3_t256_wrow_z8"
         )
     d = m.groupdict()
@@ -60,6 +63,7 @@ def parse_tile(name: str) -> Tile:
         policy=_POLICIES[d["policy"]],
         swizzle=int(d["swizzle"] or 0),
         promote=int(d["promote"] or 0),
+        swap_ab=bool(d["swap_ab"]),
     )
     for field in ("block_M", "block_N", "block_K", "num_stages", "threads"):
         if getattr(tile, field) <= 0:

@@ -68,6 +68,8 @@ def ws_shape(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS) -> WsS
         raise ValueError(f"tile {tile.name}: block_N must be a multiple of 8 in [8, 256] (a wgmma's N)")
     if tile.num_stages < 2:
         raise ValueError(f"tile {tile.name}: the ring needs at least 2 stages")
+    if tile.swap_ab:
+        M, N = N, M  # the kernel's rows are B's, its columns A's
     m_blocks, n_blocks, k_blocks = -(-M // tile.block_M), -(-N // tile.block_N), -(-K // tile.block_K)
     grid = min(m_blocks * n_blocks, num_sms)
     return WsShape(consumers, tile.threads, m_blocks, n_blocks, k_blocks, grid, -(-m_blocks * n_blocks // grid))
@@ -84,6 +86,7 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
     m_blocks, n_blocks, tiles = shape.m_blocks, shape.n_blocks, shape.tiles
     group_M = max(tile.swizzle, 1)
     promote = tile.promote
+    swap = tile.swap_ab
     half = ROWS_PER_CONSUMER
     consumer_warps = consumers * WARPGROUP // 32
 
@@ -148,7 +151,12 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
                     T.warpgroup_fence_operand(acc, num_regs=half * bN // WARPGROUP)
                 for i, j in T.Parallel(half, bN):
                     acc[i, j] = acc[i, j] * scale[0]
-                if tma_store:
+                if swap:
+                    # the tile is a block of Cᵀ: few columns (M is small), written transposed from registers
+                    for i, j in T.Parallel(half, bN):
+                        if (mb[0] * bM + wg * half + i < N) & (nb[0] * bN + j < M):
+                            C[nb[0] * bN + j, mb[0] * bM + wg * half + i] = acc[i, j]
+                elif tma_store:
                     # the previous tile's store must have read C_s before it is overwritten; then the
                     # TMA store runs on while this warpgroup starts its next tile
                     T.tma_store_wait(0)
@@ -159,7 +167,7 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
                     T.tma_copy(C_s, C[mb[0] * bM + wg * half:mb[0] * bM + (wg + 1) * half, nb[0] * bN:(nb[0] + 1) * bN])
                 else:
                     T.copy(acc, C[mb[0] * bM + wg * half, nb[0] * bN])
-        if tma_store:
+        if tma_store and not swap:
             T.tma_store_wait(0)
 
     @T.prim_func
@@ -172,18 +180,19 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
         with T.Kernel(grid, threads=shape.threads) as pid:
             A_s0 = T.alloc_shared((S, half, bK), in_dtype)
             B_s = T.alloc_shared((S, bN, bK), in_dtype)
-            C_s0 = T.alloc_shared((half, bN), out_dtype) if tma_store else None
+            C_s0 = T.alloc_shared((half, bN), out_dtype) if tma_store and not swap else None
             acc0 = T.alloc_fragment((half, bN), accum_dtype)
             part0 = T.alloc_fragment((half, bN), accum_dtype) if promote else acc0
             if consumers == 2:
                 A_s1 = T.alloc_shared((S, half, bK), in_dtype)
-                C_s1 = T.alloc_shared((half, bN), out_dtype) if tma_store else None
+                C_s1 = T.alloc_shared((half, bN), out_dtype) if tma_store and not swap else None
                 acc1 = T.alloc_fragment((half, bN), accum_dtype)
                 part1 = T.alloc_fragment((half, bN), accum_dtype) if promote else acc1
             # full: all 128 producer threads arrive once the stage's loads are issued (the TMA adds
             # its bytes); empty: lane 0 of every consumer warp arrives once it is done reading.
             full = T.alloc_barrier([WARPGROUP] * S)
             empty = T.alloc_barrier([consumer_warps] * S)
+            X, Y = (B, A) if swap else (A, B)  # the rows and the columns of the kernel's tiles
             tx = T.get_thread_binding()
             T.sync_threads()
             if tx < WARPGROUP:
@@ -198,12 +207,12 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
                         for ki in T.serial(k_blocks):
                             slot = gi % S
                             T.barrier_wait(empty[slot], ((gi // S) & 1) ^ 1)
-                            T.tma_copy(A[mb[0] * bM:mb[0] * bM + half, ki * bK:(ki + 1) * bK], A_s0[slot, :, :],
+                            T.tma_copy(X[mb[0] * bM:mb[0] * bM + half, ki * bK:(ki + 1) * bK], A_s0[slot, :, :],
                                        barrier=full[slot])
                             if consumers == 2:
-                                T.tma_copy(A[mb[0] * bM + half:(mb[0] + 1) * bM, ki * bK:(ki + 1) * bK],
+                                T.tma_copy(X[mb[0] * bM + half:(mb[0] + 1) * bM, ki * bK:(ki + 1) * bK],
                                            A_s1[slot, :, :], barrier=full[slot])
-                            T.tma_copy(B[nb[0] * bN:(nb[0] + 1) * bN, ki * bK:(ki + 1) * bK], B_s[slot, :, :],
+                            T.tma_copy(Y[nb[0] * bN:(nb[0] + 1) * bN, ki * bK:(ki + 1) * bK], B_s[slot, :, :],
                                        barrier=full[slot])
                             T.barrier_arrive(full[slot])
                             gi = gi + 1
