@@ -19,6 +19,8 @@ from kernels.formats import E4M3, E4M3_MAX, E5M2, E5M2_MAX, check_operand, quant
 from kernels.registry import Format, Operands, Variant, register_format, register_variant
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
+from kernels.ws_gemm import PASS_CONFIGS as WS_PASS_CONFIGS
+from kernels.ws_gemm import ws_gemm_kernel, ws_tile_problem
 
 # kind -> (torch dtype, TileLang dtype, largest finite value)
 FP8 = {
@@ -55,7 +57,8 @@ def _dequantize_pair(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
 def emulate_fp8(ops: Operands) -> torch.Tensor:
     """The kernel's arithmetic on the CPU: exact fp8 products, fp32 accumulation, scaled epilogue, bf16.
 
-    The emulation of fp8_e4m3, fp8_e5m2, cublas_fp8_e4m3 and cublas_fp8_e4m3_fastacc."""
+    The emulation of every fp8 variant: the seed-form and warp-specialized kernels and both cuBLAS calls
+    (promotion and fast accumulation differ only in how the tensor core rounds its adds)."""
     acc = ops["A"].float() @ ops["B"].float().T
     return (acc * (ops["scale_a"] * ops["scale_b"])).to(torch.bfloat16)
 
@@ -86,6 +89,29 @@ def fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype: str
             T.copy(C_local, C[by * bM, bx * bN])
 
     return main
+
+
+def fp8_ws_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str):
+    """The warp-specialized persistent fp8 GEMM (``kernels.ws_gemm``): the kernel of fp8_e4m3_ws,
+    fp8_e5m2_ws and, with ``_p<n>`` tiles, fp8_e4m3_ws_promoted. Same operands and epilogue as fp8_kernel."""
+    return ws_gemm_kernel(M, N, K, tile, in_dtype)
+
+
+def ws_shape_limit(M: int, N: int, K: int) -> str | None:
+    """TMA moves rows whose byte stride is a multiple of 16: fp8 A and B rows (K bytes) and bf16 C rows."""
+    if K % 16 or N % 8:
+        return f"the TMA loads and store need K divisible by 16 and N by 8 (N={N}, K={K})"
+    return None
+
+
+def ws_tile_check(tile: Tile, name: str, promoted: bool) -> str | None:
+    """The kernel's own rules (``ws_gemm.ws_tile_problem``), and promotion exactly where the name says so."""
+    if promoted and not tile.promote:
+        return f"tile {tile.name}: {name} promotes to fp32 every n K blocks, so its tiles name n (_p<n>)"
+    if tile.promote and not promoted:
+        return (f"tile {tile.name}: {name} accumulates without promotion (its peer is cuBLAS fast accumulation);"
+                " a _p<n> tile belongs to fp8_e4m3_ws_promoted")
+    return ws_tile_problem(tile)
 
 
 def prepare_fp8(ops: Operands) -> Operands:
@@ -168,6 +194,27 @@ def _register_tilelang(name: str, fmt: Format, kind: str) -> Variant:
     ))
 
 
+WGMMA_ONLY = "the warp-specialized kernel is built on wgmma and setmaxnreg, which exist on sm_90a only"
+
+
+def _register_ws(name: str, fmt: Format, kind: str, promoted: bool) -> Variant:
+    peers = (CUBLAS_FP8_E4M3.name, CUBLAS_FP8_E4M3_FASTACC.name)
+    accumulation = ("promoted to a second fp32 accumulator every n K blocks (n = the tile's _p<n>), like cuBLAS's "
+                    "default call" if promoted else "without promotion, like cuBLAS fast accumulation")
+    return register_variant(Variant(
+        name=name, family="fp8", input_format=fmt.name, emulate=emulate_fp8, launch=launch_fp8,
+        prepare=prepare_fp8, kernel=partial(fp8_ws_kernel, in_dtype=FP8[kind][1]), out_idx=(3,), precision="fp8",
+        baseline=peers[0] if promoted else peers[1], second_baseline=peers[1] if promoted else peers[0],
+        instructions={"sm_90a": FP8_WGMMA_SS[kind]}, sass={"sm_90a": FP8_QGMMA[kind]},
+        unsupported={"sm_89": WGMMA_ONLY, "sm_100a": WGMMA_ONLY}, pass_configs={"sm_90a": WS_PASS_CONFIGS},
+        shape_limit=ws_shape_limit, tile_check=partial(ws_tile_check, name=name, promoted=promoted),
+        description=f"TileLang {kind}×{kind} GEMM, warp-specialized and persistent (kernels/ws_gemm.py): a TMA "
+        "producer warpgroup feeds one or two wgmma consumer warpgroups that keep one batch in flight; grouped "
+        f"raster, TMA-store epilogue (a _swapab tile computes Cᵀ for small M); accumulated {accumulation}; "
+        "per-tensor scales in the epilogue, bf16 out",
+    ))
+
+
 FP8_E4M3_TENSOR = _register_format("fp8_e4m3_tensor", "e4m3")
 FP8_E5M2_TENSOR = _register_format("fp8_e5m2_tensor", "e5m2")
 CUBLAS_FP8_E4M3 = _register_cublas(
@@ -175,3 +222,6 @@ CUBLAS_FP8_E4M3 = _register_cublas(
 CUBLAS_FP8_E4M3_FASTACC = _register_cublas("cublas_fp8_e4m3_fastacc", True, "use_fast_accum=True: accumulates like wgmma, no promotion")
 FP8_E4M3 = _register_tilelang("fp8_e4m3", FP8_E4M3_TENSOR, "e4m3")
 FP8_E5M2 = _register_tilelang("fp8_e5m2", FP8_E5M2_TENSOR, "e5m2")
+FP8_E4M3_WS = _register_ws("fp8_e4m3_ws", FP8_E4M3_TENSOR, "e4m3", promoted=False)
+FP8_E5M2_WS = _register_ws("fp8_e5m2_ws", FP8_E5M2_TENSOR, "e5m2", promoted=False)
+FP8_E4M3_WS_PROMOTED = _register_ws("fp8_e4m3_ws_promoted", FP8_E4M3_TENSOR, "e4m3", promoted=True)

@@ -83,6 +83,9 @@ class Variant:
     min_cc: int = 0
     # (M, N, K) -> why this shape cannot run (e.g. a library's alignment rule), or None
     shape_limit: Callable[[int, int, int], str | None] | None = None
+    # tile -> why this variant's kernel cannot take it, or None; None here: plain tiles only (no
+    # ``_p`` promotion, no ``_swapab``), since a kernel that ignored them would mislabel its rows
+    tile_check: Callable[[object], str | None] | None = None
     description: str = ""
 
 
@@ -127,6 +130,15 @@ def unchecked_targets(variant: Variant, targets: list[str]) -> list[str]:
     if variant.kernel is None:
         return []
     return [t for t in targets if t not in variant.unsupported and (t not in variant.instructions or t not in variant.sass)]
+
+
+def tile_problem(variant: Variant, tile) -> str | None:
+    """Why ``tile`` (a kernels.tiles.Tile) is not one ``variant``'s kernel takes, or None; checked with the config."""
+    if variant.tile_check is not None:
+        return variant.tile_check(tile)
+    if tile.promote or tile.swap_ab:
+        return f"{variant.name}'s kernel takes plain tiles only: no _p<n> (promotion) and no _swapab"
+    return None
 
 
 def get_format(name: str) -> Format:

@@ -79,3 +79,16 @@ def parse_shape(name: str) -> tuple[int, int, int]:
     if not m or min(int(g) for g in m.groups()) <= 0:
         raise ValueError(f"bad shape {name!r}: expected MxNxK with positive integers, e.g. 4096x4096x4096")
     return tuple(int(g) for g in m.groups())  # type: ignore[return-value]
+
+
+# The bounds a shape class may set (inclusive); MN is the number of outputs, M·N.
+SHAPE_BOUNDS = ("M_max", "N_max", "K_max", "MN_max")
+
+
+def shape_class(M: int, N: int, K: int, classes: list[dict]) -> str:
+    """The name of the first class (config ``shape_classes``) whose bounds all hold for M x N x K."""
+    values = {"M_max": M, "N_max": N, "K_max": K, "MN_max": M * N}
+    for c in classes:
+        if all(values[b] <= c[b] for b in SHAPE_BOUNDS if b in c):
+            return c["name"]
+    raise ValueError(f"shape {M}x{N}x{K} is in no shape class; the last class must have no bounds")

@@ -27,6 +27,8 @@ from kernels.tiles import Tile
 WARPGROUP = 128
 ROWS_PER_CONSUMER = 64  # a wgmma's M
 H200_SMS = 132
+# 227 KB of opt-in dynamic shared memory per block, less the 2 KB of static barriers and scratch
+HOPPER_SMEM_BYTES = 227 * 1024 - 2048
 # setmaxnreg budgets (multiples of 8; 40 + 2·232 ≤ 512 per thread slot of a 384-thread CTA)
 PRODUCER_REGS = 40
 CONSUMER_REGS = {1: 240, 2: 232}
@@ -55,19 +57,39 @@ class WsShape:
         return self.m_blocks * self.n_blocks
 
 
-def ws_shape(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS) -> WsShape:
-    """Check a tile against the kernel's form and size its persistent launch."""
+def smem_bytes(tile: Tile, in_bytes: int, out_bytes: int) -> int:
+    """Dynamic shared memory: the ring of A and B blocks, plus the output block the TMA store reads."""
+    ring = tile.num_stages * (tile.block_M + tile.block_N) * tile.block_K * in_bytes
+    return ring + (0 if tile.swap_ab else tile.block_M * tile.block_N * out_bytes)
+
+
+def ws_tile_problem(tile: Tile, in_bytes: int = 1, out_bytes: int = 2) -> str | None:
+    """Why the kernel cannot take ``tile``, or None."""
     if tile.block_M not in (64, 128):
-        raise ValueError(f"tile {tile.name}: block_M must be 64 or 128 (one or two 64-row consumer warpgroups)")
+        return f"tile {tile.name}: block_M must be 64 or 128 (one or two 64-row consumer warpgroups)"
     consumers = tile.block_M // ROWS_PER_CONSUMER
     if tile.threads != WARPGROUP * (consumers + 1):
-        raise ValueError(
-            f"tile {tile.name}: threads must be {WARPGROUP * (consumers + 1)}"
-            f" (one producer and {consumers} consumer warpgroup(s) for block_M={tile.block_M})")
+        return (f"tile {tile.name}: threads must be {WARPGROUP * (consumers + 1)}"
+                f" (one producer and {consumers} consumer warpgroup(s) for block_M={tile.block_M})")
     if tile.block_N % 8 or not 8 <= tile.block_N <= 256:
-        raise ValueError(f"tile {tile.name}: block_N must be a multiple of 8 in [8, 256] (a wgmma's N)")
+        return f"tile {tile.name}: block_N must be a multiple of 8 in [8, 256] (a wgmma's N)"
+    if tile.block_K % 32:
+        return f"tile {tile.name}: block_K must be a multiple of 32 (a fp8 wgmma's K)"
     if tile.num_stages < 2:
-        raise ValueError(f"tile {tile.name}: the ring needs at least 2 stages")
+        return f"tile {tile.name}: the ring needs at least 2 stages"
+    if tile.policy != "Square":
+        return f"tile {tile.name}: each consumer warpgroup owns 64 full rows; there is no warp policy (_w) to choose"
+    if (smem := smem_bytes(tile, in_bytes, out_bytes)) > HOPPER_SMEM_BYTES:
+        return (f"tile {tile.name}: needs {smem} bytes of shared memory, more than the {HOPPER_SMEM_BYTES}"
+                " a Hopper block can have; use fewer stages or a smaller block")
+    return None
+
+
+def ws_shape(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS) -> WsShape:
+    """Check a tile against the kernel's form and size its persistent launch."""
+    if problem := ws_tile_problem(tile):
+        raise ValueError(problem)
+    consumers = tile.block_M // ROWS_PER_CONSUMER
     if tile.swap_ab:
         M, N = N, M  # the kernel's rows are B's, its columns A's
     m_blocks, n_blocks, k_blocks = -(-M // tile.block_M), -(-N // tile.block_N), -(-K // tile.block_K)

@@ -18,7 +18,7 @@ from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS, VARIANTS, load_all  # noqa: E402
-from kernels.tiles import LIBRARY, parse_shape, parse_tile  # noqa: E402
+from kernels.tiles import LIBRARY, parse_shape, parse_tile, shape_class  # noqa: E402
 
 load_all()
 
@@ -93,7 +93,7 @@ def _schema_message(error):
 
 def validate_config(cfg):
     """Schema first, then what a schema cannot know; every message names the offending key."""
-    from kernels.registry import unchecked_targets
+    from kernels.registry import tile_problem, unchecked_targets
 
     check_overrides(workflow.config_settings.overwrite_config or {})
     drop_nulled_variants(cfg)
@@ -103,6 +103,7 @@ def validate_config(cfg):
     if errors:
         lines = [f"  {'.'.join(str(p) for p in e.path) or '(top level)'}: {_schema_message(e)}" for e in errors]
         raise WorkflowError("invalid config:\n" + "\n".join(lines))
+    class_names = check_shape_classes(cfg)
     for name, vcfg in cfg["variants"].items():
         impl = vcfg.get("uses", name)
         if impl not in VARIANTS:
@@ -114,13 +115,24 @@ def validate_config(cfg):
         if VARIANTS[impl].kernel is not None and not tiles:
             raise WorkflowError(f"invalid config:\n  variants.{name}.tiles: a TileLang variant needs at least one tile")
         for target, names in tiles.items():
+            key = f"variants.{name}.tiles.{target}"
             if target != "default" and target not in cfg["targets"]:
-                raise WorkflowError(f"invalid config:\n  variants.{name}.tiles.{target}: not one of targets {cfg['targets']}")
-            for t in names:
+                raise WorkflowError(f"invalid config:\n  {key}: not one of targets {cfg['targets']}")
+            if isinstance(names, dict):  # per shape class: every class, and only classes
+                missing, unknown = sorted(set(class_names) - set(names)), sorted(set(names) - set(class_names))
+                if missing or unknown:
+                    raise WorkflowError(f"invalid config:\n  {key}: tiles per shape class must name every class of "
+                                        f"shape_classes {class_names}" + (f"; missing {missing}" if missing else "")
+                                        + (f"; unknown {unknown}" if unknown else ""))
+            for cls, t in ([(c, t) for c, ts in names.items() for t in ts] if isinstance(names, dict) else
+                           [(None, t) for t in names]):
+                where = f"{key}.{cls}" if cls else key
                 try:
-                    parse_tile(t)
+                    problem = tile_problem(VARIANTS[impl], parse_tile(t))
                 except ValueError as e:
-                    raise WorkflowError(f"invalid config:\n  variants.{name}.tiles.{target}: {e}") from None
+                    problem = str(e)
+                if problem:
+                    raise WorkflowError(f"invalid config:\n  {where}: {problem}")
         # a target nothing checks would compile "ok" whatever instructions it got (issue 9)
         for target in unchecked_targets(VARIANTS[impl], cfg["targets"]):
             factory = getattr(VARIANTS[impl].kernel, "func", VARIANTS[impl].kernel)
@@ -130,6 +142,18 @@ def validate_config(cfg):
     check_targets(cfg)
     check_shapes_fit_formats(cfg)
     cfg.setdefault("tilelang_cache", ".cache/tilelang")
+
+
+def check_shape_classes(cfg):
+    """Unique names, and a last class without bounds, so every shape has a class; returns the names."""
+    classes = cfg.setdefault("shape_classes", [{"name": "any"}])
+    names = [c["name"] for c in classes]
+    if len(set(names)) != len(names):
+        raise WorkflowError(f"invalid config:\n  shape_classes: names must be unique, got {names}")
+    if set(classes[-1]) != {"name"}:
+        raise WorkflowError(f"invalid config:\n  shape_classes: the last class ({names[-1]}) must have no bounds, "
+                            "so that every shape falls in some class")
+    return names
 
 
 def check_shapes_fit_formats(cfg):
@@ -288,9 +312,30 @@ def check_compile_jobs(variant):
     return [(t, tile, config["sweeps"]["cpu_compile"]) for t in TARGETS for tile in tiles_for(variant, t)]
 
 
-def tiles_for(variant, target):
+def _target_tiles(variant, target):
     tiles = config["variants"][variant].get("tiles", {})
     return tiles.get(target) or tiles.get("default", [])
+
+
+def tiles_for(variant, target):
+    """Every tile a variant has for a target, over all shape classes (in config order, once each)."""
+    tiles = _target_tiles(variant, target)
+    return list(dict.fromkeys(t for ts in tiles.values() for t in ts)) if isinstance(tiles, dict) else tiles
+
+
+def tiles_for_shape(variant, target, shape):
+    """The tiles a variant runs at one shape on a target: its shape class's, or the one list for all shapes."""
+    tiles = _target_tiles(variant, target)
+    return tiles[shape_class(*parse_shape(shape), config["shape_classes"])] if isinstance(tiles, dict) else tiles
+
+
+def sweep_shapes(variant, target, tile):
+    """The GPU shapes a tile is compiled at and run on: those of the variant whose class lists it."""
+    return [s for s in variant_shapes(variant, "gpu") if tile in tiles_for_shape(variant, target, s)]
+
+
+def sweep_tiles(variant, target):
+    return [t for t in tiles_for(variant, target) if sweep_shapes(variant, target, t)]
 
 
 def input_formats(shape):
@@ -304,7 +349,7 @@ def compile_outputs(platform, entries=None):
     tilelang = [v for v in (entries or RUN_VARIANTS) if is_tilelang(v)]
     check = [f"results/compile/{v}/{t}/{tile}.json" for v in tilelang for t in TARGETS for tile in tiles_for(v, t)]
     arch = run_arch(platform)
-    return check + ([sweep_record(v, arch, tile) for v in tilelang for tile in tiles_for(v, arch)] if arch else [])
+    return check + ([sweep_record(v, arch, tile) for v in tilelang for tile in sweep_tiles(v, arch)] if arch else [])
 
 
 def sweep_record(variant, arch, tile):
@@ -390,7 +435,7 @@ def run_inputs(variant, kind):
                  "code": variant_code(variant, "run")}
         arch = run_arch(wc.platform)
         if arch is not None and is_tilelang(variant):
-            files["compiled"] = [sweep_record(variant, arch, t) for t in tiles_for(variant, arch)]
+            files["compiled"] = [sweep_record(variant, arch, t) for t in sweep_tiles(variant, arch)]
         return files
     return inputs
 
@@ -400,7 +445,9 @@ def run_params(variant, kind):
             "tolerance": config["variants"][variant]["tolerance"], "timing": config["timing"],
             "platform_spec": (lambda wc: platform_spec(wc.platform)) if kind == "gpu" else None,
             "arch": (lambda wc: run_arch(wc.platform)) if kind == "gpu" else None,
-            "tiles": (lambda wc: tiles_for(variant, run_arch(wc.platform))) if kind == "gpu" else []}
+            # shape -> the tiles of its class
+            "tiles": (lambda wc: {s: tiles_for_shape(variant, run_arch(wc.platform), s) for s in variant_shapes(variant, kind)})
+            if kind == "gpu" else {}}
 
 
 def ceilings_input(wc):

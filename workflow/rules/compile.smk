@@ -1,7 +1,8 @@
 # Stage 2: cross-compile each TileLang variant, on any host; records are per target, never per platform.
 #   compile_<variant>:       every tile for every configured target at the sweeps.cpu_compile shapes
 #                            (one process per variant keeps start-up costs down): proves each builds.
-#   compile_<variant>_sweep: one tile for one target at every GPU shape the variant runs; a GPU
+#   compile_<variant>_sweep: one tile for one target at every GPU shape it runs (those of its shape
+#                            classes, when the variant's tiles are given per class); a GPU
 #                            platform's run jobs need exactly these of their own arch, which they then
 #                            load from the TileLang cache (a CPU node or a login node can build them).
 # A known refusal (declared arch or shape rule, TileLang's refusal of a dtype there) is recorded as
@@ -40,7 +41,7 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             artifacts=directory(f"results/compile/{_variant}/{{target}}/sweep/{{tile}}"),
         params:
             variant=impl(_variant).name,
-            jobs=lambda wc, v=_variant: [(wc.target, wc.tile, variant_shapes(v, "gpu"))],
+            jobs=lambda wc, v=_variant: [(wc.target, wc.tile, sweep_shapes(v, wc.target, wc.tile))],
             artifact_dirs=lambda wc, output: [output.artifacts],
         conda:
             "../../envs/gpu.yaml"

@@ -19,9 +19,15 @@ wc, p = snakemake.wildcards, snakemake.params
 variant = get_variant(p.variant)
 if p.arch is not None:  # a GPU platform: first make sure this node has its GPU
     check_landed(wc.platform, p.platform_spec)
-tiles = [parse_tile(t) for t in p.tiles]
-# the rows a shape has when it cannot be run at all
-tile_names = [EMULATED] if p.arch is None else ([t.name for t in tiles] if variant.kernel is not None else [LIBRARY])
+# shape -> its tiles (its shape class's, when the config gives them per class)
+tiles = {shape: [parse_tile(t) for t in names] for shape, names in p.tiles.items()}
+
+
+def tile_names(shape):
+    """The rows a shape has when it cannot be run at all."""
+    if p.arch is None:
+        return [EMULATED]
+    return [t.name for t in tiles[shape]] if variant.kernel is not None else [LIBRARY]
 
 
 def compile_outcomes() -> dict[str, dict[str, tuple[str, str]]]:
@@ -42,7 +48,7 @@ def run_shape(shape, fp32, fmt_file, manifest_file):
     if p.arch is None:
         return run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance), sha
     with gpu_lock():
-        return run_gpu(variant, raw["A"], raw["B"], ops, tiles, p.arch, p.tolerance,
+        return run_gpu(variant, raw["A"], raw["B"], ops, tiles[shape], p.arch, p.tolerance,
                        reps=p.timing["reps"], warmup=p.timing["warmup"], compiled=COMPILED.get(shape)), sha
 
 
@@ -53,7 +59,7 @@ for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.f
     except Exception as e:  # this shape only: the others still run and keep their results
         traceback.print_exc()
         reason = str(e) if isinstance(e, CorruptInput) else error_summary(e)
-        rows, sha = [{"tile": t, "status": "failed", "reason": reason} for t in tile_names], {}
+        rows, sha = [{"tile": t, "status": "failed", "reason": reason} for t in tile_names(shape)], {}
     M, N, K = parse_shape(shape)
     point = {"platform": wc.platform, "target": p.arch or "cpu", "variant": variant.name, "entry": p.entry, "family": variant.family,
              "dist": wc.dist, "shape": shape, "M": M, "N": N, "K": K, "input_format": variant.input_format,
