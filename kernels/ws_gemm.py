@@ -97,6 +97,16 @@ def ws_shape(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS) -> WsS
     return WsShape(consumers, tile.threads, m_blocks, n_blocks, k_blocks, grid, -(-m_blocks * n_blocks // grid))
 
 
+def grouped_tile(t, m_blocks: int, n_blocks: int, group_M: int, minimum=min):
+    """Tile id -> (M block, N block) in grouped raster order: ``group_M`` M blocks walk the N blocks
+    together (the last group may be shorter), so the CTAs of one wave share their A rows and B columns
+    in L2. Plain ints here; in the kernel ``t`` is a TIR expression and ``minimum`` is ``T.min``."""
+    per_group = group_M * n_blocks
+    first = (t // per_group) * group_M
+    size = minimum(group_M, m_blocks - first)
+    return first + (t % per_group) % size, (t % per_group) // size
+
+
 def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtype: str = "float32",
                    out_dtype: str = "bfloat16", num_sms: int = H200_SMS, tma_store: bool = True):
     """TileLang prim_func: A (M,K), B (N,K) in ``in_dtype``, scale (1,) fp32, C (M,N) ``out_dtype``."""
@@ -114,12 +124,7 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
 
     @T.macro
     def tile_coords(t, mb, nb):
-        """Grouped raster: ``group_M`` M blocks walk one N band together (the last group may be short)."""
-        per_group = group_M * n_blocks
-        first = (t // per_group) * group_M
-        size = T.min(group_M, m_blocks - first)
-        mb[0] = first + (t % per_group) % size
-        nb[0] = (t % per_group) // size
+        mb[0], nb[0] = grouped_tile(t, m_blocks, n_blocks, group_M, minimum=T.min)
 
     @T.macro
     def consume(A_s, B_s, C_s, full, empty, C, scale, acc, part, wg, pid):

@@ -20,7 +20,7 @@ load_all()
 
 SHAPE = (256, 256, 512)
 TARGETS = ("sm_89", "sm_90a", "sm_100a")
-# What is compiled (21 kernels): one source per variant and target, except for variants that share a
+# What is compiled (23 kernels): one source per variant and target, except for variants that share a
 # kernel factory and its instructions with a compiled one (STAND_INS), to keep CI's two cores free
 CORPUS = {
     "fp8_e4m3": TARGETS,
@@ -32,8 +32,11 @@ CORPUS = {
     "blockscaled_sm90": TARGETS,
     "blockscaled_sm100": ("sm_100a",),
     "dequant_w4_int4_sym_g128": TARGETS,
+    "fp8_e4m3_ws": ("sm_90a",),  # wgmma only: sm_89 and sm_100a are declared unsupported
+    "fp8_e5m2_ws": ("sm_90a",),
 }
 STAND_INS = {
+    "fp8_e4m3_ws_promoted": "fp8_e4m3_ws",  # a second accumulator; the same fp8 wgmma
     "blockscaled_g128": "blockscaled_sm90",  # b_scale="row" instead of "block"; the same T.gemm
     "dequant_w4_uint4_zp_g128": "dequant_w4_int4_sym_g128",  # another weight decode; the same bf16 wgmma
     "dequant_w4_e2m1_g32": "dequant_w4_int4_sym_g128",
@@ -161,7 +164,7 @@ def test_sass_classes_per_target(sass_ops):
         return {op.split(".")[0] for op in sass_ops[key]}
 
     for kind in ("e4m3", "e5m2"):
-        assert classes((f"fp8_{kind}", "sm_90a")) == {"QGMMA"}  # fp8 wgmma
+        assert classes((f"fp8_{kind}", "sm_90a")) == classes((f"fp8_{kind}_ws", "sm_90a")) == {"QGMMA"}  # fp8 wgmma
         assert any(kind.upper() in op for op in sass_ops[f"fp8_{kind}", "sm_90a"])
         assert classes((f"fp8_{kind}", "sm_89")) == {"QMMA"}  # fp8 mma.sync
         assert sass_ops[f"fp8_{kind}", "sm_100a"].keys() == {"HMMA.16816.F32"}  # no fp8 mma.sync on sm_100a

@@ -53,6 +53,18 @@ def test_default_config_dry_run_plans_every_stage():
     # the compile check's shapes are checked like every sweep
     (lambda c: (c["variants"].update(int4_mma={"tiles": {"default": ["m64n64k64_s2_t128"]}, "tolerance": {}}),
                 c["sweeps"].update(cpu_compile=["64x64x127"])), "sweeps.cpu_compile: shape 64x64x127 does not fit int4_mma"),
+    # shape classes, and tiles per class: every class named, each tile one the variant's kernel takes
+    (lambda c: c.update(shape_classes=[{"name": "thin", "M_max": 16}]), "shape_classes: the last class (thin) must have no bounds"),
+    (lambda c: c.update(shape_classes=[{"name": "a", "M_max": 16}, {"name": "a"}]), "shape_classes: names must be unique"),
+    (lambda c: c["variants"].update(fp8_e4m3_ws={"tiles": {"sm_90a": {"m16": ["m64n16k256_s10_t256_swapab"]}}, "tolerance": {}}),
+     "variants.fp8_e4m3_ws.tiles.sm_90a: tiles per shape class must name every class"),
+    (lambda c: c["variants"].update(fp8_e4m3_ws={"tiles": {"sm_90a": {k["name"]: ["m128n192k128_s4_t384_p2"] for k in c["shape_classes"]}},
+                                                 "tolerance": {}}),
+     "variants.fp8_e4m3_ws.tiles.sm_90a.m16: tile m128n192k128_s4_t384_p2: fp8_e4m3_ws accumulates without promotion"),
+    (lambda c: c["variants"].update(fp8_e4m3_ws={"tiles": {"sm_90a": ["m128n256k128_s4_t384"]}, "tolerance": {}}),
+     "variants.fp8_e4m3_ws.tiles.sm_90a: tile m128n256k128_s4_t384: needs 262144 bytes of shared memory"),
+    (lambda c: c["variants"]["fp8_e4m3"]["tiles"].update(default=["m64n64k64_s2_t128_swapab"]),
+     "variants.fp8_e4m3.tiles.default: fp8_e4m3's kernel takes plain tiles only"),
 ])
 def test_config_errors_name_the_bad_key(tmp_path, edit, key):
     cfg = tiny_config()
@@ -81,6 +93,25 @@ def test_gpu_platforms_are_planned_from_a_host_without_a_gpu(tmp_path):
     assert "platforms.l40s.arch: sm_89 is not one of targets" in plan.stdout + plan.stderr
     plan = snakemake(wf, "-n", "results/x999/tidy.csv", check=False)
     assert plan.returncode != 0 and "platforms.x999: not in the catalogue" in plan.stdout + plan.stderr
+
+
+@pytest.mark.compile
+def test_tiles_per_shape_class_compile_and_run_at_their_class_shapes_only(tmp_path):
+    cfg = tiny_config() | {"run_on": ["h100"]}
+    cfg["sweeps"]["gpu"] = ["16x256x256", "256x256x256"]
+    cfg["shape_classes"] = [{"name": "m16", "M_max": 16}, {"name": "other"}]
+    thin, wide = "m64n16k256_s4_t256_swapab", "m128n128k128_s3_t384_z8"
+    cfg["variants"] = {"fp8_e4m3_ws": {"tiles": {"sm_90a": {"m16": [thin], "other": [wide]}},
+                                       "tolerance": cfg["variants"]["fp8_e4m3"]["tolerance"]}}
+    wf = copy_workflow(tmp_path, cfg)
+    plan = snakemake(wf, "-n").stdout
+    for tile in (thin, wide):
+        assert f"results/compile/fp8_e4m3_ws/sm_90a/sweep/{tile}.json" in plan
+    # each sweep record holds its tile at the shapes of its class and nowhere else
+    snakemake(wf, *(f"results/compile/fp8_e4m3_ws/sm_90a/sweep/{t}.json" for t in (thin, wide)))
+    for tile, shape in ((thin, "16x256x256"), (wide, "256x256x256")):
+        records = json.loads((wf / f"results/compile/fp8_e4m3_ws/sm_90a/sweep/{tile}.json").read_text())["records"]
+        assert [(r["shape"], r["status"]) for r in records] == [(shape, "ok")], records
 
 
 def fake_nvidia_smi(tmp_path, name, cc):
