@@ -50,8 +50,8 @@ def parse_tile(name: str) -> Tile:
     m = _TILE_RE.match(name)
     if not m:
         raise ValueError(
-            f"bad tile name {name!r}: expected m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol|_wsq][_z<panel>][_p<promote every n K blocks>][_swapab],"
-            " e.g. m128n256k128_s3_t256_wrow_z8"
+            f"bad tile name {name!r}: expected m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol|_wsq][_z<panel>]"
+            "[_p<promote every n K blocks>][_swapab], e.g. m128n256k128_s3_t256_wrow_z8"
         )
     d = m.groupdict()
     tile = Tile(
