@@ -1,0 +1,134 @@
+"""Try tiles before they go into config.yaml: one call compiles every (variant, shape, tile) in
+parallel, then, on a GPU, checks each against the float64 references and times it beside the
+variant's peers exactly as a pipeline run does (``harness.runner.run_gpu``), and prints one table.
+
+    python -m harness.tryout --shapes 8192x8192x8192,16x8192x8192 \\
+        --variant fp8_e4m3_ws m128n256k128_s3_t384_z16 m64n16k256_s10_t256_swapab
+
+``--compile-only`` (any host) stops after the compile records: status, SASS tensor-core opcode,
+registers, spills. What this prints is for choosing tiles; published numbers come from the pipeline.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from harness import compile as kcompile
+from kernels.registry import get_format, get_variant, tile_problem
+from kernels.tiles import parse_shape, parse_tile
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _compile(job: tuple[str, str, str, str]) -> dict:
+    """One compile record (fills TileLang's cache, so the timed run loads it); runs in a worker."""
+    name, shape, tile, arch = job
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = kcompile.compile_record(get_variant(name), *parse_shape(shape), parse_tile(tile), arch, Path(tmp))
+    return {k: rec.get(k) for k in ("variant", "tile", "status", "reason", "sass_mma", "registers",
+                                    "sass_local_loads", "sass_local_stores", "smem_dynamic_bytes")} | {"shape": shape}
+
+
+def _tolerance(name: str) -> dict:
+    """The variant's tolerances from the repository's config.yaml (none: every finite result passes)."""
+    import yaml
+    cfg = REPO / "config.yaml"
+    entry = (yaml.safe_load(cfg.read_text()).get("variants") or {}).get(name) if cfg.exists() else None
+    return (entry or {}).get("tolerance", {})
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m harness.tryout", description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", required=True, help="comma-separated MxNxK")
+    p.add_argument("--variant", nargs="+", action="append", required=True, metavar=("NAME", "TILE"),
+                   help="a TileLang variant and its tiles (repeatable)")
+    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--dist", default="normal")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--compile-only", action="store_true")
+    p.add_argument("--json", help="also write every row here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    shapes = args.shapes.split(",")
+    for s in shapes:
+        parse_shape(s)
+    plan: dict[str, list[str]] = {}
+    for name, *tiles in args.variant:
+        v = get_variant(name)
+        if v.kernel is None or not tiles:
+            raise SystemExit(f"--variant {name}: give a TileLang variant and at least one tile")
+        for t in tiles:
+            if problem := tile_problem(v, parse_tile(t)):
+                raise SystemExit(f"--variant {name}: {problem}")
+        plan[name] = tiles
+    jobs = [(n, s, t, args.arch) for n, ts in plan.items() for s in shapes for t in ts]
+    with ProcessPoolExecutor(max(1, min(args.jobs, len(jobs)))) as pool:
+        compiled = list(pool.map(_compile, jobs))
+    rows = compiled
+    if not args.compile_only:
+        rows = _run(plan, shapes, compiled, args)
+    _print(rows, args.compile_only)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    return 0
+
+
+def _run(plan: dict[str, list[str]], shapes: list[str], compiled: list[dict], args) -> list[dict]:
+    import torch
+
+    from harness.inputs import make_operands
+    from harness.runner import run_gpu
+    if not torch.cuda.is_available():
+        raise SystemExit("no GPU here: --compile-only checks the builds on any host; timing needs the GPU")
+    status = {(r["variant"], r["shape"], r["tile"]): (r["status"], r["reason"] or "") for r in compiled}
+    rows = []
+    for shape in shapes:
+        M, N, K = parse_shape(shape)
+        A, B = make_operands(args.dist, M, N, K, args.seed)
+        peers = {b for n in plan for b in (get_variant(n).baseline, get_variant(n).second_baseline) if b}
+        times = {}
+        for name in [*sorted(peers), *plan]:
+            v = get_variant(name)
+            ops = get_format(v.input_format).quantize(A, B)
+            tiles = [parse_tile(t) for t in plan.get(name, [])]
+            done = {t: status[name, shape, t] for t in plan.get(name, [])}
+            for r in run_gpu(v, A, B, ops, tiles, args.arch, _tolerance(name), reps=args.reps, warmup=5, compiled=done):
+                r |= {"variant": name, "shape": shape}
+                if r["status"] == "ok":
+                    times[name, r["tile"]] = r["time_ms_median"]
+                rows.append(r)
+        for r in rows:
+            base = get_variant(r["variant"]).baseline
+            peer = [t for (n, _), t in times.items() if n == base]
+            if r["shape"] == shape and peer and r["status"] == "ok":
+                r["speedup"] = min(peer) / r["time_ms_median"]
+    return rows
+
+
+def _print(rows: list[dict], compile_only: bool) -> None:
+    if compile_only:
+        for r in rows:
+            spills = (r.get("sass_local_loads") or 0) + (r.get("sass_local_stores") or 0)
+            print(f"{r['shape']:>16} {r['variant']:<24} {r['tile']:<32} {r['status']:<11} "
+                  f"{','.join(r.get('sass_mma') or {}) or '-':<34} regs={r.get('registers')} spills={spills} "
+                  f"smem={r.get('smem_dynamic_bytes')} {r.get('reason') or ''}")
+        return
+    for r in rows:
+        us = f"{r['time_ms_median'] * 1e3:9.1f} us" if r.get("time_ms_median") else " " * 12
+        speed = f"{r['speedup']:.3f}x" if r.get("speedup") else ""
+        print(f"{r['shape']:>16} {r['variant']:<24} {r['tile']:<32} {r['status']:<11} {us} "
+              f"calc_diff={r.get('kernel_calc_diff')} {speed} {r.get('reason') or ''}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
