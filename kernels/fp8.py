@@ -16,7 +16,7 @@ from functools import partial
 import torch
 
 from kernels.formats import E4M3, E4M3_MAX, E5M2, E5M2_MAX, check_operand, quantize_tensor, saturate_fp8
-from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
 from kernels.ws_gemm import PASS_CONFIGS as WS_PASS_CONFIGS
@@ -94,6 +94,8 @@ def fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype: str
 def fp8_ws_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str):
     """The warp-specialized persistent fp8 GEMM (``kernels.ws_gemm``): the kernel of fp8_e4m3_ws,
     fp8_e5m2_ws and, with ``_p<n>`` tiles, fp8_e4m3_ws_promoted. Same operands and epilogue as fp8_kernel."""
+    if why := ws_shape_limit(M, N, K):
+        raise Unsupported(why)
     return ws_gemm_kernel(M, N, K, tile, in_dtype)
 
 

@@ -37,27 +37,38 @@ def test_the_published_h200_set_holds_every_family_with_its_provenance():
     measured = set(tidy[["point_set", "variant", "dist", "shape"]].itertuples(index=False, name=None))
     assert len(timed) > 100 and all(k in measured for k in timed[["point_set", "baseline", "dist", "shape"]].itertuples(
         index=False, name=None))
-    assert timed["speedup"].notna().mean() > 0.9
+    # a speedup is missing exactly where the peer's row is not timed (cuBLAS refuses 3000x5000x4096)
+    peer_timed = set(tidy[tidy["status"] == "ok"][["point_set", "variant", "dist", "shape"]].itertuples(index=False, name=None))
+    has_peer = [k in peer_timed for k in timed[["point_set", "baseline", "dist", "shape"]].itertuples(index=False, name=None)]
+    assert timed["speedup"].notna().tolist() == has_peer and sum(has_peer) > 100
 
 
 def test_a_ratio_is_taken_within_its_own_family_run(tmp_path):
     points = tmp_path / "points"
     shutil.copytree(POINTS, points)
     _, _, before = _load(points)
-    # a later refresh of fp8 measures its cuBLAS tensorwise baseline twice as fast ...
+    # a later refresh of fp8 measures its cuBLAS tensorwise baseline at half the speed (twice as fast would
+    # put it above the datasheet peak, and such a row is failed, not compared) ...
     for f in (points / "fp8/runs/cublas_fp8_e4m3").rglob("*.json"):
         d = json.loads(f.read_text())
         for r in d["rows"]:
             if r.get("throughput"):
-                r["throughput"] *= 2
-                r["time_ms_median"] /= 2
+                r["throughput"] /= 2
+                for t in ("time_ms_median", "time_ms_p20", "time_ms_p80", "time_ms_min"):
+                    r[t] *= 2
         f.write_text(json.dumps(d))
     _, _, after = _load(points)
     key = ["point_set", "variant", "dist", "shape"]
     b, a = before.set_index(key).sort_index(), after.set_index(key).sort_index()
-    # ... which moves fp8's ratios against it, and none of block-scaled's, measured in their own run
+    # ... which moves fp8's ratios against it (the second column of the fast-accumulation kernels, the
+    # headline of the promoted one), and none of block-scaled's, measured in their own run
     fp8, bs = a.xs("fp8", level="point_set"), a.xs("blockscaled", level="point_set")
-    assert (fp8["speedup_vs_second"] / b.xs("fp8", level="point_set")["speedup_vs_second"]).dropna().round(6).eq(0.5).all()
+    fp8_before = b.xs("fp8", level="point_set")
+    for col in ("speedup_vs_second", "speedup"):
+        against = fp8[("second_baseline" if col == "speedup_vs_second" else "baseline")] == "cublas_fp8_e4m3"
+        moved = (fp8[col] / fp8_before[col])[against].dropna().round(6)
+        assert len(moved) >= 8 and moved.eq(2.0).all(), col
+        assert (fp8[col] / fp8_before[col])[~against].dropna().round(6).eq(1.0).all(), col
     assert bs["speedup_vs_second"].notna().any()
     assert bs["speedup_vs_second"].equals(b.xs("blockscaled", level="point_set")["speedup_vs_second"])
 
