@@ -11,8 +11,13 @@ released, so the tensor core idles while each warpgroup waits. Here the waits ar
   while the previous one is drained and its stage released. One batch is always in flight.
 - the grid is persistent: ``min(tiles, num_sms)`` CTAs, each taking tiles ``pid, pid + grid, …`` in
   grouped order (``group_M`` M blocks share an N band, so one wave's A and B stay in L2);
-- the epilogue scales, casts and stores straight from registers while the producer already loads
-  the CTA's next tile.
+- the epilogue scales and casts the accumulator, stages it in shared memory and TMA-stores it; the
+  warpgroup starts its next tile while the store runs (the producer is already loading it). A
+  ``swap_ab`` tile (Cᵀ = B·Aᵀ, for small M: M becomes the wgmma's N) is stored transposed from
+  registers instead.
+
+The grid is sized for the H200's 132 SMs (``num_sms``): a GPU with fewer runs the extra CTAs as a
+second partial wave, correct but slower.
 
 ``promote`` > 0 adds fp32 promotion: the wgmma accumulator is added into a second fp32 accumulator
 every ``promote`` K blocks and restarted, as cuBLAS's default (non fast-accumulation) fp8 GEMM does,
@@ -108,7 +113,7 @@ def grouped_tile(t, m_blocks: int, n_blocks: int, group_M: int, minimum=min):
 
 
 def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtype: str = "float32",
-                   out_dtype: str = "bfloat16", num_sms: int = H200_SMS, tma_store: bool = True):
+                   out_dtype: str = "bfloat16", num_sms: int = H200_SMS):
     """TileLang prim_func: A (M,K), B (N,K) in ``in_dtype``, scale (1,) fp32, C (M,N) ``out_dtype``."""
     import tilelang.language as T
 
@@ -183,7 +188,7 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
                     for i, j in T.Parallel(half, bN):
                         if (mb[0] * bM + wg * half + i < N) & (nb[0] * bN + j < M):
                             C[nb[0] * bN + j, mb[0] * bM + wg * half + i] = acc[i, j]
-                elif tma_store:
+                else:
                     # the previous tile's store must have read C_s before it is overwritten; then the
                     # TMA store runs on while this warpgroup starts its next tile
                     T.tma_store_wait(0)
@@ -192,9 +197,7 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
                     T.fence_proxy_async()
                     T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
                     T.tma_copy(C_s, C[mb[0] * bM + wg * half:mb[0] * bM + (wg + 1) * half, nb[0] * bN:(nb[0] + 1) * bN])
-                else:
-                    T.copy(acc, C[mb[0] * bM + wg * half, nb[0] * bN])
-        if tma_store and not swap:
+        if not swap:
             T.tma_store_wait(0)
 
     @T.prim_func
@@ -207,12 +210,12 @@ def ws_gemm_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, accum_dtyp
         with T.Kernel(grid, threads=shape.threads) as pid:
             A_s0 = T.alloc_shared((S, half, bK), in_dtype)
             B_s = T.alloc_shared((S, bN, bK), in_dtype)
-            C_s0 = T.alloc_shared((half, bN), out_dtype) if tma_store and not swap else None
+            C_s0 = None if swap else T.alloc_shared((half, bN), out_dtype)
             acc0 = T.alloc_fragment((half, bN), accum_dtype)
             part0 = T.alloc_fragment((half, bN), accum_dtype) if promote else acc0
             if consumers == 2:
                 A_s1 = T.alloc_shared((S, half, bK), in_dtype)
-                C_s1 = T.alloc_shared((half, bN), out_dtype) if tma_store and not swap else None
+                C_s1 = None if swap else T.alloc_shared((half, bN), out_dtype)
                 acc1 = T.alloc_fragment((half, bN), accum_dtype)
                 part1 = T.alloc_fragment((half, bN), accum_dtype) if promote else acc1
             # full: all 128 producer threads arrive once the stage's loads are issued (the TMA adds
