@@ -34,12 +34,12 @@ def _compile(job: tuple[str, str, str, str]) -> dict:
                                     "sass_local_loads", "sass_local_stores", "smem_dynamic_bytes")} | {"shape": shape}
 
 
-def _tolerance(name: str) -> dict:
-    """The variant's tolerances from the repository's config.yaml (none: every finite result passes)."""
+def _tolerances(names) -> dict[str, dict]:
+    """Each variant's tolerances from the repository's config.yaml (none: every finite result passes)."""
     import yaml
     cfg = REPO / "config.yaml"
-    entry = (yaml.safe_load(cfg.read_text()).get("variants") or {}).get(name) if cfg.exists() else None
-    return (entry or {}).get("tolerance", {})
+    entries = (yaml.safe_load(cfg.read_text()).get("variants") or {}) if cfg.exists() else {}
+    return {n: (entries.get(n) or {}).get("tolerance", {}) for n in names}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -91,27 +91,30 @@ def _run(plan: dict[str, list[str]], shapes: list[str], compiled: list[dict], ar
     if not torch.cuda.is_available():
         raise SystemExit("no GPU here: --compile-only checks the builds on any host; timing needs the GPU")
     status = {(r["variant"], r["shape"], r["tile"]): (r["status"], r["reason"] or "") for r in compiled}
+    peers = {b for n in plan for b in (get_variant(n).baseline, get_variant(n).second_baseline) if b}
+    names = [*sorted(peers), *plan]
+    tolerance = _tolerances(names)
     rows = []
     for shape in shapes:
         M, N, K = parse_shape(shape)
         A, B = make_operands(args.dist, M, N, K, args.seed)
-        peers = {b for n in plan for b in (get_variant(n).baseline, get_variant(n).second_baseline) if b}
-        times = {}
-        for name in [*sorted(peers), *plan]:
+        here = []
+        for name in names:
             v = get_variant(name)
             ops = get_format(v.input_format).quantize(A, B)
             tiles = [parse_tile(t) for t in plan.get(name, [])]
             done = {t: status[name, shape, t] for t in plan.get(name, [])}
-            for r in run_gpu(v, A, B, ops, tiles, args.arch, _tolerance(name), reps=args.reps, warmup=5, compiled=done):
-                r |= {"variant": name, "shape": shape}
-                if r["status"] == "ok":
-                    times[name, r["tile"]] = r["time_ms_median"]
-                rows.append(r)
-        for r in rows:
+            here += [r | {"variant": name, "shape": shape} for r in
+                     run_gpu(v, A, B, ops, tiles, args.arch, tolerance[name], reps=args.reps, warmup=5, compiled=done)]
+        fastest = {}  # variant -> its best time at this shape
+        for r in here:
+            if r["status"] == "ok":
+                fastest[r["variant"]] = min(fastest.get(r["variant"], r["time_ms_median"]), r["time_ms_median"])
+        for r in here:
             base = get_variant(r["variant"]).baseline
-            peer = [t for (n, _), t in times.items() if n == base]
-            if r["shape"] == shape and peer and r["status"] == "ok":
-                r["speedup"] = min(peer) / r["time_ms_median"]
+            if r["status"] == "ok" and base in fastest:
+                r["speedup"] = fastest[base] / r["time_ms_median"]
+        rows += here
     return rows
 
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import sass
-from harness.compile import build, compile_record
+from harness.compile import compile_record
 from kernels.fp8 import WGMMA_ONLY
 from kernels.registry import get_variant, tile_problem
 from kernels.tiles import parse_tile, shape_class
@@ -76,12 +75,11 @@ def test_persistent_launch_size():
 
 
 def _kernel(variant, tile, shape=(256, 256, 1024)):
-    k = build(get_variant(variant), *shape, parse_tile(tile), "sm_90a")
+    """The kernel's CUDA source and its compile record (SASS opcodes, spills), as the compile step writes them."""
     with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
-        cubin.write_bytes(sass.kernel_cubin(k))
-        text = sass.disassemble(cubin)
-    return k.get_kernel_source(), sass.opcodes(text)
+        rec = compile_record(get_variant(variant), *shape, parse_tile(tile), "sm_90a", Path(tmp))
+        assert rec["status"] == "ok", rec
+        return (Path(tmp) / "kernel.cu").read_text(), rec
 
 
 @pytest.mark.compile
@@ -92,7 +90,7 @@ def _kernel(variant, tile, shape=(256, 256, 1024)):
     ("fp8_e4m3_ws_promoted", "m128n192k128_s4_t384_z16_p4", "E4M3"),
 ])
 def test_the_mainloop_keeps_one_wgmma_batch_in_flight(variant, tile, kind):
-    src, ops = _kernel(variant, tile)
+    src, rec = _kernel(variant, tile)
     t = parse_tile(tile)
     # producer and consumers split the registers; consumers wait on the TMA's full barriers
     assert "warpgroup_reg_dealloc<40>" in src and "warpgroup_reg_alloc<" in src
@@ -103,9 +101,9 @@ def test_the_mainloop_keeps_one_wgmma_batch_in_flight(variant, tile, kind):
         assert src.count("wait_wgmma<0>();") == t.block_M // 64  # once per consumer warpgroup and tile
     # the epilogue: TMA store from shared memory, or (Cᵀ tiles) the transposed store from registers
     assert ("tma_store(" in src) != t.swap_ab
-    tensor = sass.tensor_core_ops(ops)
+    tensor = rec["sass_mma"]
     assert tensor and all(re.fullmatch(rf"QGMMA\.64x{t.block_N}x32\.F32\.{kind}\.{kind}", op) for op in tensor), tensor
-    assert ops.get("LDL", 0) + ops.get("STL", 0) == 0  # no spills
+    assert rec["sass_local_loads"] + rec["sass_local_stores"] == 0  # no spills
 
 
 @pytest.mark.compile
