@@ -68,8 +68,9 @@ def smem_bytes(tile: Tile, in_bytes: int, out_bytes: int) -> int:
     return ring + (0 if tile.swap_ab else tile.block_M * tile.block_N * out_bytes)
 
 
-def ws_tile_problem(tile: Tile, in_bytes: int = 1, out_bytes: int = 2) -> str | None:
-    """Why the kernel cannot take ``tile``, or None."""
+def ws_tile_problem(tile: Tile, in_bytes: int = 1, out_bytes: int = 2, smem: int | None = None) -> str | None:
+    """Why the kernel cannot take ``tile``, or None. ``smem``: the shared memory of a kernel built on this
+    one with another layout (``kernels.int4_ws``); default ``smem_bytes``."""
     if tile.block_M not in (64, 128):
         return f"tile {tile.name}: block_M must be 64 or 128 (one or two 64-row consumer warpgroups)"
     consumers = tile.block_M // ROWS_PER_CONSUMER
@@ -84,15 +85,17 @@ def ws_tile_problem(tile: Tile, in_bytes: int = 1, out_bytes: int = 2) -> str | 
         return f"tile {tile.name}: the ring needs at least 2 stages"
     if tile.policy != "Square":
         return f"tile {tile.name}: each consumer warpgroup owns 64 full rows; there is no warp policy (_w) to choose"
-    if (smem := smem_bytes(tile, in_bytes, out_bytes)) > HOPPER_SMEM_BYTES:
+    if smem is None:
+        smem = smem_bytes(tile, in_bytes, out_bytes)
+    if smem > HOPPER_SMEM_BYTES:
         return (f"tile {tile.name}: needs {smem} bytes of shared memory, more than the {HOPPER_SMEM_BYTES}"
                 " a Hopper block can have; use fewer stages or a smaller block")
     return None
 
 
-def ws_shape(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS) -> WsShape:
-    """Check a tile against the kernel's form and size its persistent launch."""
-    if problem := ws_tile_problem(tile):
+def ws_shape(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS, smem: int | None = None) -> WsShape:
+    """Check a tile against the kernel's form (``smem`` as in ``ws_tile_problem``) and size its persistent launch."""
+    if problem := ws_tile_problem(tile, smem=smem):
         raise ValueError(problem)
     consumers = tile.block_M // ROWS_PER_CONSUMER
     if tile.swap_ab:

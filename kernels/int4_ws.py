@@ -1,0 +1,270 @@
+"""int4 GEMM for Hopper at the int8 tensor-core rate: warp-specialized, persistent, decode overlapped.
+
+C = A_int · B_intᵀ (int32), A (M,K), B (N,K) int4 packed two per byte along K (``formats.pack_int4``),
+passed as int32 views (M, K/8) and (N, K/8): one word holds 8 nibbles. The kernel of ``int4_ws``.
+
+Hopper has no int4 tensor cores, so the nibbles become int8 and feed the s8 ``wgmma``. Where the
+seed-form ``int4_unpack_s8`` decodes between its own wgmma batches, here no warp both decodes and
+waits for the tensor core:
+
+- producer warpgroup, warp 0: walks the CTA's tiles and K blocks and TMA-loads the *packed* blocks of
+  A and B (half the bytes of int8) into a ring of ``num_stages`` shared stages (barrier *loaded*);
+- producer warpgroup, warps 1-3: decode each stage's packed B into an int8 shared tile in the wgmma's
+  swizzled layout (16 packed bytes in, two 16-byte stores out per step), then arrive on *full*;
+- one or two consumer warpgroups, 64 output rows each: decode their packed A rows of the stage straight
+  into a wgmma register fragment, issue the register-sourced ``wgmma`` (A from registers, B from the
+  decoded tile) without waiting, then ``T.wait_wgmma(1)`` and release the previous stage (*empty*). Two
+  fragments alternate (even / odd K blocks), so block k+1 is decoded while the wgmma of block k runs.
+
+The decode is two or three logic operations per 8 values: for a packed word w, ``(w << 4) & 0xF0F0F0F0``
+is the four low nibbles and ``w & 0xF0F0F0F0`` the four high nibbles, each placed in the top half of
+its byte, i.e. the int8 value 16·q (a 4-bit two's complement nibble shifted up 4 bits is 16 times its
+value as an 8-bit two's complement byte). Both operands carry the factor 16, so the accumulator holds
+256·C exactly and the epilogue's arithmetic shift by 8 gives C exactly. |256·a·b| <= 2^14 per term, so
+the int32 accumulator is exact for K < 2^17 (the variant's shape limit). No packing reorder is needed:
+the K order inside a decoded block is the seed kernel's (column j < block_K/2 from the low nibble of
+packed byte j, column block_K/2 + j from its high nibble), the same for A and B, so C is unchanged.
+
+The epilogue shifts the accumulator, stages ``c_cols`` columns at a time in shared memory and
+TMA-stores them (int32 rows are 4x the bytes of fp8's bf16, so a whole 64x256 block per warpgroup
+would not fit beside the ring). Grid, grouped raster and tile rules are ``ws_gemm``'s.
+
+Like ``ws_gemm``, this module must not use ``from __future__ import annotations``.
+"""
+import math
+
+from kernels.registry import Unsupported
+from kernels.tiles import Tile
+from kernels.ws_gemm import H200_SMS, ROWS_PER_CONSUMER, WARPGROUP, grouped_tile, ws_shape
+
+# |(16a)·(16b)| <= 2^14 per term: the int32 accumulator of 256·C is exact while 2^14·K < 2^31
+MAX_EXACT_K = 1 << 17
+DECODERS = WARPGROUP - 32  # producer warps 1-3; warp 0 issues the TMA loads
+# setmaxnreg budgets: the decoders hold 4 packed + 8 decoded words and addresses; 56 + 2·224 <= 512
+PRODUCER_REGS = 56
+CONSUMER_REGS = {1: 240, 2: 224}
+LOW_NIBBLES, HIGH_NIBBLES = 4, 0  # the left shift that puts a nibble in the top half of its byte
+
+
+def sixteen_q(word, const, shift):
+    """Four int4 nibbles of a 32-bit word as four int8 lanes holding 16·q: the low nibble of each byte
+    (``shift`` LOW_NIBBLES) or the high one (HIGH_NIBBLES), moved to the byte's top half, the rest
+    cleared (no cross-lane carry: what the shift moves into a lane's low half is masked off). ``const``
+    makes a 32-bit constant: T.uint32 in the kernel, int in the tests (any word 0 <= w < 2^32)."""
+    return (word << shift) & const(0xF0F0F0F0)
+
+
+def c_cols(tile: Tile) -> int:
+    """Output columns staged per TMA store: 64 (16 KB of int32 per warpgroup), or fewer if block_N is not a multiple."""
+    return math.gcd(tile.block_N, 64)
+
+
+def int4_ws_smem_bytes(tile: Tile) -> int:
+    """The ring (packed A and B, decoded B per stage) plus each consumer's staged output columns."""
+    consumers = tile.block_M // ROWS_PER_CONSUMER
+    stage = (tile.block_M + tile.block_N) * tile.block_K // 2 + tile.block_N * tile.block_K
+    return tile.num_stages * stage + consumers * ROWS_PER_CONSUMER * c_cols(tile) * 4
+
+
+def int4_ws_tile_problem(tile: Tile) -> str | None:
+    """Why the kernel cannot take ``tile`` (beyond ``ws_gemm``'s rules), or None."""
+    if tile.promote or tile.swap_ab:
+        return f"tile {tile.name}: int4_ws has no promotion (_p) or operand swap (_swapab); integer sums are exact"
+    if tile.block_K % 64:
+        return (f"tile {tile.name}: block_K must be a multiple of 64 (the decoders move 16 packed bytes, 32 values,"
+                " per half of a K block)")
+    return None
+
+
+def int4_ws_shape_limit(M: int, N: int, K: int) -> str | None:
+    """TMA rows must be 16-byte multiples (packed rows of K/2 bytes, int32 C rows of 4·N bytes), and the
+    accumulator of 256·C must stay exact."""
+    problems = []
+    if K % 32:
+        problems.append(f"K={K} must be a multiple of 32 (packed rows of K/2 bytes, 16-byte aligned for the TMA)")
+    if N % 4:
+        problems.append(f"N={N} must be a multiple of 4 (int32 output rows, 16-byte aligned for the TMA store)")
+    if K >= MAX_EXACT_K:
+        problems.append(f"K={K} must be below 2^17: the int32 accumulator holds 256·C (|256·C| can reach 2^14·K)")
+    return "int4_ws: " + "; ".join(problems) if problems else None
+
+
+def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
+    """TileLang prim_func: A (M, K/8) int32, B (N, K/8) int32 (packed int4), C (M, N) int32."""
+    import tilelang.language as T
+    from tilelang.layout import make_swizzled_layout
+
+    if why := int4_ws_shape_limit(M, N, K):
+        raise Unsupported(why)
+    if why := int4_ws_tile_problem(tile):
+        raise ValueError(why)
+    bM, bN, bK, S = tile.block_M, tile.block_N, tile.block_K, tile.num_stages
+    shape = ws_shape(M, N, K, tile, num_sms, smem=int4_ws_smem_bytes(tile))
+    consumers, grid, waves, k_blocks = shape.consumers, shape.grid, shape.waves, shape.k_blocks
+    m_blocks, n_blocks, tiles = shape.m_blocks, shape.n_blocks, shape.tiles
+    group_M = max(tile.swizzle, 1)
+    rows = ROWS_PER_CONSUMER
+    consumer_warps = consumers * WARPGROUP // 32
+    Kw, bKw, half = K // 8, bK // 8, bK // 2  # packed words per row, per row of a block; half a block
+    chunks = bKw // 4  # 16-byte chunks of a packed row of one block
+    units = bN * chunks  # one decoder step: one chunk of one B row
+    cc = c_cols(tile)
+
+    @T.macro
+    def tile_coords(t, mb, nb):
+        mb[0], nb[0] = grouped_tile(t, m_blocks, n_blocks, group_M, minimum=T.min)
+
+    @T.macro
+    def decode_b(Bp, Bd, slot, d, packed, dec, dec_bytes):
+        # consecutive lanes take 8 consecutive rows of one chunk: the 16-byte stores of a quarter warp
+        # then land in 8 different swizzled 16-byte columns, and the loads in distinct banks too
+        for it in T.unroll(-(-units // DECODERS)):
+            q = it * DECODERS + d
+            if q < units:
+                r = (q // (8 * chunks)) * 8 + q % 8
+                c = (q // 8) % chunks
+                for v in T.vectorized(4):
+                    packed[v] = Bp[slot, r, c * 4 + v]
+                for v in T.unroll(4):
+                    u = T.Cast("uint32", packed[v])
+                    dec[v] = T.Cast("int32", sixteen_q(u, T.uint32, LOW_NIBBLES))
+                    dec[4 + v] = T.Cast("int32", sixteen_q(u, T.uint32, HIGH_NIBBLES))
+                for v in T.vectorized(16):
+                    Bd[slot, r, c * 16 + v] = dec_bytes[v]
+                for v in T.vectorized(16):
+                    Bd[slot, r, half + c * 16 + v] = dec_bytes[16 + v]
+
+    @T.macro
+    def decode_a(Ap, slot, F):
+        # each thread's 4-lane register of the fragment comes from one packed word: 2 or 1 operations
+        for i, j in T.Parallel(rows, bK):
+            word = T.Cast("uint32", Ap[slot, i, (j % half) // 4])
+            shift = T.Cast("uint32", LOW_NIBBLES * (1 - j // half))
+            F[i, j] = T.Cast("int8", sixteen_q(word, T.uint32, shift) >> T.Cast("uint32", 8 * (j % 4)))
+
+    @T.macro
+    def step(Ap, Bd, loaded, full, empty, acc, F, first, releases, gi, prev, lane):
+        # gi and prev are read here; the caller advances them (a macro's assignment would stay local)
+        slot = gi % S
+        T.barrier_wait(loaded[slot], (gi // S) & 1)
+        T.barrier_wait(full[slot], (gi // S) & 1)
+        decode_a(Ap, slot, F)
+        T.wgmma_gemm(F, Bd[slot, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow, clear_accum=first)
+        if releases:
+            # the batch of block ki-1 retires (this one keeps running); its stage is free
+            T.wait_wgmma(1)
+            if lane == 0:
+                T.barrier_arrive(empty[prev])
+
+    @T.macro
+    def consume(Ap, Bd, C_s, loaded, full, empty, C, acc, F0, F1, wg, pid):
+        T.inc_max_nreg(CONSUMER_REGS[consumers])
+        lane = T.get_thread_binding() % 32
+        gi = T.alloc_var("int32", init=0)
+        prev = T.alloc_var("int32", init=0)
+        mb = T.alloc_local((1,), "int32")
+        nb = T.alloc_local((1,), "int32")
+        for w in T.serial(waves):
+            t = w * grid + pid
+            if t < tiles:
+                tile_coords(t, mb, nb)
+                for kp in T.serial(k_blocks // 2):
+                    step(Ap, Bd, loaded, full, empty, acc, F0, kp == 0, kp > 0, gi, prev, lane)
+                    prev = gi % S
+                    gi = gi + 1
+                    step(Ap, Bd, loaded, full, empty, acc, F1, False, True, gi, prev, lane)
+                    prev = gi % S
+                    gi = gi + 1
+                if k_blocks % 2:
+                    step(Ap, Bd, loaded, full, empty, acc, F0, k_blocks == 1, k_blocks > 1, gi, prev, lane)
+                    prev = gi % S
+                    gi = gi + 1
+                T.wait_wgmma(0)
+                if lane == 0:
+                    T.barrier_arrive(empty[prev])
+                T.warpgroup_fence_operand(acc, num_regs=rows * bN // WARPGROUP)
+                for part in range(bN // cc):
+                    # the previous store must have read C_s before it is overwritten
+                    T.tma_store_wait(0)
+                    T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
+                    for i, j in T.Parallel(rows, cc):
+                        C_s[i, j] = acc[i, part * cc + j] >> 8  # exact: acc = 256·C
+                    T.fence_proxy_async()
+                    T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
+                    col = nb[0] * bN + part * cc
+                    T.tma_copy(C_s, C[mb[0] * bM + wg * rows:mb[0] * bM + (wg + 1) * rows, col:col + cc])
+        T.tma_store_wait(0)
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, Kw), "int32"),
+        B: T.Tensor((N, Kw), "int32"),
+        C: T.Tensor((M, N), "int32"),
+    ):
+        with T.Kernel(grid, threads=shape.threads) as pid:
+            Ap0 = T.alloc_shared((S, rows, bKw), "int32")
+            Bp = T.alloc_shared((S, bN, bKw), "int32")
+            Bd = T.alloc_shared((S, bN, bK), "int8")
+            C_s0 = T.alloc_shared((rows, cc), "int32")
+            acc0 = T.alloc_fragment((rows, bN), "int32")
+            F00 = T.alloc_fragment((rows, bK), "int8")
+            F01 = T.alloc_fragment((rows, bK), "int8")
+            layouts = {Ap0: make_swizzled_layout(Ap0), Bp: make_swizzled_layout(Bp)}
+            if consumers == 2:
+                Ap1 = T.alloc_shared((S, rows, bKw), "int32")
+                C_s1 = T.alloc_shared((rows, cc), "int32")
+                acc1 = T.alloc_fragment((rows, bN), "int32")
+                F10 = T.alloc_fragment((rows, bK), "int8")
+                F11 = T.alloc_fragment((rows, bK), "int8")
+                layouts[Ap1] = make_swizzled_layout(Ap1)
+            # swizzled packed tiles: the consumers' row-strided word reads would otherwise hit 4-way bank conflicts
+            T.annotate_layout(layouts)
+            packed = T.alloc_local((4,), "int32")
+            dec = T.alloc_local((8,), "int32")
+            dec_bytes = T.view(dec, (32,), "int8")
+            # loaded: warp 0's 32 lanes (the TMA adds its bytes); full: the 96 decoders, once B is decoded;
+            # empty: lane 0 of every consumer warp, once its wgmma has retired
+            loaded = T.alloc_barrier([32] * S)
+            full = T.alloc_barrier([DECODERS] * S)
+            empty = T.alloc_barrier([consumer_warps] * S)
+            tx = T.get_thread_binding()
+            T.sync_threads()
+            if tx < WARPGROUP:
+                T.dec_max_nreg(PRODUCER_REGS)
+                gi = T.alloc_var("int32", init=0)
+                mb = T.alloc_local((1,), "int32")
+                nb = T.alloc_local((1,), "int32")
+                if tx < 32:
+                    for w in T.serial(waves):
+                        t = w * grid + pid
+                        if t < tiles:
+                            tile_coords(t, mb, nb)
+                            for ki in T.serial(k_blocks):
+                                slot = gi % S
+                                T.barrier_wait(empty[slot], ((gi // S) & 1) ^ 1)
+                                T.tma_copy(A[mb[0] * bM:mb[0] * bM + rows, ki * bKw:(ki + 1) * bKw], Ap0[slot, :, :],
+                                           barrier=loaded[slot])
+                                if consumers == 2:
+                                    T.tma_copy(A[mb[0] * bM + rows:(mb[0] + 1) * bM, ki * bKw:(ki + 1) * bKw],
+                                               Ap1[slot, :, :], barrier=loaded[slot])
+                                T.tma_copy(B[nb[0] * bN:(nb[0] + 1) * bN, ki * bKw:(ki + 1) * bKw], Bp[slot, :, :],
+                                           barrier=loaded[slot])
+                                T.barrier_arrive(loaded[slot])
+                                gi = gi + 1
+                else:
+                    for w in T.serial(waves):
+                        if w * grid + pid < tiles:
+                            for ki in T.serial(k_blocks):
+                                slot = gi % S
+                                T.barrier_wait(loaded[slot], (gi // S) & 1)
+                                decode_b(Bp, Bd, slot, tx - 32, packed, dec, dec_bytes)
+                                T.fence_proxy_async()  # generic-proxy stores, read next by the wgmma (async proxy)
+                                T.barrier_arrive(full[slot])
+                                gi = gi + 1
+            elif tx < 2 * WARPGROUP:
+                consume(Ap0, Bd, C_s0, loaded, full, empty, C, acc0, F00, F01, 0, pid)
+            else:
+                if consumers == 2:
+                    consume(Ap1, Bd, C_s1, loaded, full, empty, C, acc1, F10, F11, 1, pid)
+
+    return main
