@@ -55,15 +55,23 @@ def sixteen_q(word, const, shift):
 
 
 def c_cols(tile: Tile) -> int:
-    """Output columns staged per TMA store: 64 (16 KB of int32 per warpgroup), or fewer if block_N is not a multiple."""
-    return math.gcd(tile.block_N, 64)
+    """Output columns per TMA store: 32 (8 KB of int32 per warpgroup and buffer), or fewer if block_N is
+    not a multiple. Two buffers alternate, so one store runs while the next part is staged."""
+    return math.gcd(tile.block_N, 32)
+
+
+def packed_stages(tile: Tile) -> int:
+    """The packed ring is one stage deeper than the decoded one (the tile's num_stages): while the
+    consumers hold two decoded stages (one wgmma batch retiring, one running) and the decoders fill a
+    third, the TMA still has a stage in flight."""
+    return tile.num_stages + 1
 
 
 def int4_ws_smem_bytes(tile: Tile) -> int:
     """The ring (packed A and B, decoded B per stage) plus each consumer's staged output columns."""
     consumers = tile.block_M // ROWS_PER_CONSUMER
-    stage = (tile.block_M + tile.block_N) * tile.block_K // 2 + tile.block_N * tile.block_K
-    return tile.num_stages * stage + consumers * ROWS_PER_CONSUMER * c_cols(tile) * 4
+    packed = packed_stages(tile) * (tile.block_M + tile.block_N) * tile.block_K // 2
+    return packed + tile.num_stages * tile.block_N * tile.block_K + consumers * 2 * ROWS_PER_CONSUMER * c_cols(tile) * 4
 
 
 def int4_ws_tile_problem(tile: Tile) -> str | None:
@@ -98,7 +106,8 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
         raise Unsupported(why)
     if why := int4_ws_tile_problem(tile):
         raise ValueError(why)
-    bM, bN, bK, S = tile.block_M, tile.block_N, tile.block_K, tile.num_stages
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    P, D = packed_stages(tile), tile.num_stages  # packed ring, decoded ring
     shape = ws_shape(M, N, K, tile, num_sms, smem=int4_ws_smem_bytes(tile))
     consumers, grid, waves, k_blocks = shape.consumers, shape.grid, shape.waves, shape.k_blocks
     m_blocks, n_blocks, tiles = shape.m_blocks, shape.n_blocks, shape.tiles
@@ -115,16 +124,16 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
         mb[0], nb[0] = grouped_tile(t, m_blocks, n_blocks, group_M, minimum=T.min)
 
     @T.macro
-    def decode_b(Bp, Bd, slot, d, packed, dec, dec_bytes):
+    def decode_b(Bp, Bd, p, slot, thread, packed, dec, dec_bytes):
         # consecutive lanes take 8 consecutive rows of one chunk: the 16-byte stores of a quarter warp
         # then land in 8 different swizzled 16-byte columns, and the loads in distinct banks too
         for it in T.unroll(-(-units // DECODERS)):
-            q = it * DECODERS + d
+            q = it * DECODERS + thread
             if q < units:
                 r = (q // (8 * chunks)) * 8 + q % 8
                 c = (q // 8) % chunks
                 for v in T.vectorized(4):
-                    packed[v] = Bp[slot, r, c * 4 + v]
+                    packed[v] = Bp[p, r, c * 4 + v]
                 for v in T.unroll(4):
                     u = T.Cast("uint32", packed[v])
                     dec[v] = T.Cast("int32", sixteen_q(u, T.uint32, LOW_NIBBLES))
@@ -143,21 +152,25 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
             F[i, j] = T.Cast("int8", sixteen_q(word, T.uint32, shift) >> T.Cast("uint32", 8 * (j % 4)))
 
     @T.macro
-    def step(Ap, Bd, loaded, full, empty, acc, F, first, releases, gi, prev, lane):
-        # gi and prev are read here; the caller advances them (a macro's assignment would stay local)
-        slot = gi % S
-        T.barrier_wait(loaded[slot], (gi // S) & 1)
-        T.barrier_wait(full[slot], (gi // S) & 1)
-        decode_a(Ap, slot, F)
-        T.wgmma_gemm(F, Bd[slot, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow, clear_accum=first)
+    def step(Ap, Bd, bars, acc, F, first, releases, gi, prev, lane):
+        # gi and prev (the previous decoded stage) are read here; the caller advances them (a macro's
+        # assignment would stay local)
+        loaded, packed_free, full, decoded_free = bars
+        p, d = gi % P, gi % D
+        T.barrier_wait(loaded[p], (gi // P) & 1)
+        T.barrier_wait(full[d], (gi // D) & 1)
+        decode_a(Ap, p, F)
+        if lane == 0:
+            T.barrier_arrive(packed_free[p])  # this warp's packed A words are in registers
+        T.wgmma_gemm(F, Bd[d, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow, clear_accum=first)
         if releases:
-            # the batch of block ki-1 retires (this one keeps running); its stage is free
+            # the batch of block ki-1 retires (this one keeps running); its decoded stage is free
             T.wait_wgmma(1)
             if lane == 0:
-                T.barrier_arrive(empty[prev])
+                T.barrier_arrive(decoded_free[prev])
 
     @T.macro
-    def consume(Ap, Bd, C_s, loaded, full, empty, C, acc, F0, F1, wg, pid):
+    def consume(Ap, Bd, C_s, bars, C, acc, F0, F1, wg, pid):
         T.inc_max_nreg(CONSUMER_REGS[consumers])
         lane = T.get_thread_binding() % 32
         gi = T.alloc_var("int32", init=0)
@@ -169,30 +182,30 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
             if t < tiles:
                 tile_coords(t, mb, nb)
                 for kp in T.serial(k_blocks // 2):
-                    step(Ap, Bd, loaded, full, empty, acc, F0, kp == 0, kp > 0, gi, prev, lane)
-                    prev = gi % S
+                    step(Ap, Bd, bars, acc, F0, kp == 0, kp > 0, gi, prev, lane)
+                    prev = gi % D
                     gi = gi + 1
-                    step(Ap, Bd, loaded, full, empty, acc, F1, False, True, gi, prev, lane)
-                    prev = gi % S
+                    step(Ap, Bd, bars, acc, F1, False, True, gi, prev, lane)
+                    prev = gi % D
                     gi = gi + 1
                 if k_blocks % 2:
-                    step(Ap, Bd, loaded, full, empty, acc, F0, k_blocks == 1, k_blocks > 1, gi, prev, lane)
-                    prev = gi % S
+                    step(Ap, Bd, bars, acc, F0, k_blocks == 1, k_blocks > 1, gi, prev, lane)
+                    prev = gi % D
                     gi = gi + 1
                 T.wait_wgmma(0)
                 if lane == 0:
-                    T.barrier_arrive(empty[prev])
+                    T.barrier_arrive(bars[3][prev])
                 T.warpgroup_fence_operand(acc, num_regs=rows * bN // WARPGROUP)
                 for part in range(bN // cc):
-                    # the previous store must have read C_s before it is overwritten
-                    T.tma_store_wait(0)
+                    # the store before last must have read this buffer before it is overwritten
+                    T.tma_store_wait(1)
                     T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
                     for i, j in T.Parallel(rows, cc):
-                        C_s[i, j] = acc[i, part * cc + j] >> 8  # exact: acc = 256·C
+                        C_s[part % 2, i, j] = acc[i, part * cc + j] >> 8  # exact: acc = 256·C
                     T.fence_proxy_async()
                     T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
                     col = nb[0] * bN + part * cc
-                    T.tma_copy(C_s, C[mb[0] * bM + wg * rows:mb[0] * bM + (wg + 1) * rows, col:col + cc])
+                    T.tma_copy(C_s[part % 2, :, :], C[mb[0] * bM + wg * rows:mb[0] * bM + (wg + 1) * rows, col:col + cc])
         T.tma_store_wait(0)
 
     @T.prim_func
@@ -202,17 +215,17 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
         C: T.Tensor((M, N), "int32"),
     ):
         with T.Kernel(grid, threads=shape.threads) as pid:
-            Ap0 = T.alloc_shared((S, rows, bKw), "int32")
-            Bp = T.alloc_shared((S, bN, bKw), "int32")
-            Bd = T.alloc_shared((S, bN, bK), "int8")
-            C_s0 = T.alloc_shared((rows, cc), "int32")
+            Ap0 = T.alloc_shared((P, rows, bKw), "int32")
+            Bp = T.alloc_shared((P, bN, bKw), "int32")
+            Bd = T.alloc_shared((D, bN, bK), "int8")
+            C_s0 = T.alloc_shared((2, rows, cc), "int32")
             acc0 = T.alloc_fragment((rows, bN), "int32")
             F00 = T.alloc_fragment((rows, bK), "int8")
             F01 = T.alloc_fragment((rows, bK), "int8")
             layouts = {Ap0: make_swizzled_layout(Ap0), Bp: make_swizzled_layout(Bp)}
             if consumers == 2:
-                Ap1 = T.alloc_shared((S, rows, bKw), "int32")
-                C_s1 = T.alloc_shared((rows, cc), "int32")
+                Ap1 = T.alloc_shared((P, rows, bKw), "int32")
+                C_s1 = T.alloc_shared((2, rows, cc), "int32")
                 acc1 = T.alloc_fragment((rows, bN), "int32")
                 F10 = T.alloc_fragment((rows, bK), "int8")
                 F11 = T.alloc_fragment((rows, bK), "int8")
@@ -222,11 +235,15 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
             packed = T.alloc_local((4,), "int32")
             dec = T.alloc_local((8,), "int32")
             dec_bytes = T.view(dec, (32,), "int8")
-            # loaded: warp 0's 32 lanes (the TMA adds its bytes); full: the 96 decoders, once B is decoded;
-            # empty: lane 0 of every consumer warp, once its wgmma has retired
-            loaded = T.alloc_barrier([32] * S)
-            full = T.alloc_barrier([DECODERS] * S)
-            empty = T.alloc_barrier([consumer_warps] * S)
+            # packed ring: loaded, warp 0's 32 lanes (the TMA adds its bytes); packed_free, the 96 decoders
+            # and lane 0 of every consumer warp, once they hold their words in registers.
+            # decoded ring: full, the 96 decoders, once B is decoded; decoded_free, lane 0 of every
+            # consumer warp, once the wgmma reading it has retired
+            loaded = T.alloc_barrier([32] * P)
+            packed_free = T.alloc_barrier([DECODERS + consumer_warps] * P)
+            full = T.alloc_barrier([DECODERS] * D)
+            decoded_free = T.alloc_barrier([consumer_warps] * D)
+            bars = (loaded, packed_free, full, decoded_free)
             tx = T.get_thread_binding()
             T.sync_threads()
             if tx < WARPGROUP:
@@ -240,8 +257,8 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
                         if t < tiles:
                             tile_coords(t, mb, nb)
                             for ki in T.serial(k_blocks):
-                                slot = gi % S
-                                T.barrier_wait(empty[slot], ((gi // S) & 1) ^ 1)
+                                slot = gi % P
+                                T.barrier_wait(packed_free[slot], ((gi // P) & 1) ^ 1)
                                 T.tma_copy(A[mb[0] * bM:mb[0] * bM + rows, ki * bKw:(ki + 1) * bKw], Ap0[slot, :, :],
                                            barrier=loaded[slot])
                                 if consumers == 2:
@@ -255,16 +272,18 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
                     for w in T.serial(waves):
                         if w * grid + pid < tiles:
                             for ki in T.serial(k_blocks):
-                                slot = gi % S
-                                T.barrier_wait(loaded[slot], (gi // S) & 1)
-                                decode_b(Bp, Bd, slot, tx - 32, packed, dec, dec_bytes)
+                                p, d = gi % P, gi % D
+                                T.barrier_wait(loaded[p], (gi // P) & 1)
+                                T.barrier_wait(decoded_free[d], ((gi // D) & 1) ^ 1)
+                                decode_b(Bp, Bd, p, d, tx - 32, packed, dec, dec_bytes)
+                                T.barrier_arrive(packed_free[p])
                                 T.fence_proxy_async()  # generic-proxy stores, read next by the wgmma (async proxy)
-                                T.barrier_arrive(full[slot])
+                                T.barrier_arrive(full[d])
                                 gi = gi + 1
             elif tx < 2 * WARPGROUP:
-                consume(Ap0, Bd, C_s0, loaded, full, empty, C, acc0, F00, F01, 0, pid)
+                consume(Ap0, Bd, C_s0, bars, C, acc0, F00, F01, 0, pid)
             else:
                 if consumers == 2:
-                    consume(Ap1, Bd, C_s1, loaded, full, empty, C, acc1, F10, F11, 1, pid)
+                    consume(Ap1, Bd, C_s1, bars, C, acc1, F10, F11, 1, pid)
 
     return main
