@@ -43,6 +43,7 @@ DECODERS = WARPGROUP - 32  # producer warps 1-3; warp 0 issues the TMA loads
 # setmaxnreg budgets: the decoders hold 4 packed + 8 decoded words and addresses; 56 + 2·224 <= 512
 PRODUCER_REGS = 56
 CONSUMER_REGS = {1: 240, 2: 224}
+DECODE_BATCH = 4  # decoder steps whose loads are issued together (16 registers of packed words)
 LOW_NIBBLES, HIGH_NIBBLES = 4, 0  # the left shift that puts a nibble in the top half of its byte
 
 
@@ -117,6 +118,7 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
     Kw, bKw, half = K // 8, bK // 8, bK // 2  # packed words per row, per row of a block; half a block
     chunks = bKw // 4  # 16-byte chunks of a packed row of one block
     units = bN * chunks  # one decoder step: one chunk of one B row
+    steps = -(-units // DECODERS)  # per decoder thread and K block
     cc = c_cols(tile)
 
     @T.macro
@@ -125,23 +127,29 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
 
     @T.macro
     def decode_b(Bp, Bd, p, slot, thread, packed, dec, dec_bytes):
-        # consecutive lanes take 8 consecutive rows of one chunk: the 16-byte stores of a quarter warp
-        # then land in 8 different swizzled 16-byte columns, and the loads in distinct banks too
-        for it in T.unroll(-(-units // DECODERS)):
-            q = it * DECODERS + thread
-            if q < units:
-                r = (q // (8 * chunks)) * 8 + q % 8
-                c = (q // 8) % chunks
-                for v in T.vectorized(4):
-                    packed[v] = Bp[p, r, c * 4 + v]
-                for v in T.unroll(4):
-                    u = T.Cast("uint32", packed[v])
-                    dec[v] = T.Cast("int32", sixteen_q(u, T.uint32, LOW_NIBBLES))
-                    dec[4 + v] = T.Cast("int32", sixteen_q(u, T.uint32, HIGH_NIBBLES))
-                for v in T.vectorized(16):
-                    Bd[slot, r, c * 16 + v] = dec_bytes[v]
-                for v in T.vectorized(16):
-                    Bd[slot, r, half + c * 16 + v] = dec_bytes[16 + v]
+        # Steps in batches: a batch's loads are issued together (ptxas cannot move a load above the
+        # previous step's stores, which might alias), so each batch waits for shared memory once.
+        # Consecutive lanes take 8 consecutive rows of one chunk: the 16-byte stores of a quarter warp
+        # then land in 8 different swizzled 16-byte columns, and the loads in distinct banks too.
+        for batch in T.unroll(-(-steps // DECODE_BATCH)):
+            for k in T.unroll(DECODE_BATCH):
+                q = (batch * DECODE_BATCH + k) * DECODERS + thread
+                if q < units:
+                    for v in T.vectorized(4):
+                        packed[k * 4 + v] = Bp[p, (q // (8 * chunks)) * 8 + q % 8, ((q // 8) % chunks) * 4 + v]
+            for k in T.unroll(DECODE_BATCH):
+                q = (batch * DECODE_BATCH + k) * DECODERS + thread
+                if q < units:
+                    r = (q // (8 * chunks)) * 8 + q % 8
+                    c = (q // 8) % chunks
+                    for v in T.unroll(4):
+                        u = T.Cast("uint32", packed[k * 4 + v])
+                        dec[v] = T.Cast("int32", sixteen_q(u, T.uint32, LOW_NIBBLES))
+                        dec[4 + v] = T.Cast("int32", sixteen_q(u, T.uint32, HIGH_NIBBLES))
+                    for v in T.vectorized(16):
+                        Bd[slot, r, c * 16 + v] = dec_bytes[v]
+                    for v in T.vectorized(16):
+                        Bd[slot, r, half + c * 16 + v] = dec_bytes[16 + v]
 
     @T.macro
     def decode_a(Ap, slot, F):
@@ -232,7 +240,7 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
                 layouts[Ap1] = make_swizzled_layout(Ap1)
             # swizzled packed tiles: the consumers' row-strided word reads would otherwise hit 4-way bank conflicts
             T.annotate_layout(layouts)
-            packed = T.alloc_local((4,), "int32")
+            packed = T.alloc_local((4 * DECODE_BATCH,), "int32")
             dec = T.alloc_local((8,), "int32")
             dec_bytes = T.view(dec, (32,), "int8")
             # packed ring: loaded, warp 0's 32 lanes (the TMA adds its bytes); packed_free, the 96 decoders
