@@ -20,7 +20,7 @@ load_all()
 
 SHAPE = (256, 256, 512)
 TARGETS = ("sm_89", "sm_90a", "sm_100a")
-# What is compiled (23 kernels): one source per variant and target, except for variants that share a
+# What is compiled (24 kernels): one source per variant and target, except for variants that share a
 # kernel factory and its instructions with a compiled one (STAND_INS), to keep CI's two cores free
 CORPUS = {
     "fp8_e4m3": TARGETS,
@@ -28,6 +28,7 @@ CORPUS = {
     "int4_mma": TARGETS,
     "int4_unpack_s8": ("sm_90a",),
     "int4_unpack_s8_ss": ("sm_90a",),
+    "int4_ws": ("sm_90a",),  # wgmma only, like the fp8 warp-specialized kernels
     "int8_tilelang": TARGETS,
     "blockscaled_sm90": TARGETS,
     "blockscaled_sm100": ("sm_100a",),

@@ -13,7 +13,7 @@ from kernels.formats import pack_int4, unpack_int4
 from kernels.registry import FORMATS, VARIANTS, Unsupported
 from kernels.tiles import parse_tile
 
-INT4_VARIANTS = ("int4_mma", "int4_unpack_s8", "int4_unpack_s8_ss", "int8_tilelang", "int8_torch_int_mm")
+INT4_VARIANTS = ("int4_mma", "int4_unpack_s8", "int4_unpack_s8_ss", "int4_ws", "int8_tilelang", "int8_torch_int_mm")
 
 
 def _brute_force_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
