@@ -33,9 +33,9 @@ from functools import partial
 import torch
 
 from kernels.formats import INT4_MAX, INT4_MIN, check_operand, encode_int4, pack_int4, quantize_tensor, unpack_int4
+from kernels.int4_ws import int4_ws_kernel, int4_ws_shape_limit, int4_ws_smem_bytes, int4_ws_tile_problem
 from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
 from kernels.tiles import Tile
-from kernels.int4_ws import int4_ws_kernel, int4_ws_shape_limit, int4_ws_smem_bytes, int4_ws_tile_problem
 from kernels.tn_gemm import tn_mainloop
 from kernels.ws_gemm import PASS_CONFIGS as WS_PASS_CONFIGS
 from kernels.ws_gemm import ws_tile_problem
