@@ -8,13 +8,16 @@ seed-form ``int4_unpack_s8`` decodes between its own wgmma batches, here no warp
 waits for the tensor core:
 
 - producer warpgroup, warp 0: walks the CTA's tiles and K blocks and TMA-loads the *packed* blocks of
-  A and B (half the bytes of int8) into a ring of ``num_stages`` shared stages (barrier *loaded*);
+  A and B (half the bytes of int8) into the packed ring, ``num_stages + 1`` stages (barriers *loaded*,
+  *packed_free*);
 - producer warpgroup, warps 1-3: decode each stage's packed B into an int8 shared tile in the wgmma's
-  swizzled layout (16 packed bytes in, two 16-byte stores out per step), then arrive on *full*;
+  swizzled layout, the decoded ring of ``num_stages`` stages (16 packed bytes in, two 16-byte stores out
+  per step, loads issued in batches), then arrive on *full*;
 - one or two consumer warpgroups, 64 output rows each: decode their packed A rows of the stage straight
-  into a wgmma register fragment, issue the register-sourced ``wgmma`` (A from registers, B from the
-  decoded tile) without waiting, then ``T.wait_wgmma(1)`` and release the previous stage (*empty*). Two
-  fragments alternate (even / odd K blocks), so block k+1 is decoded while the wgmma of block k runs.
+  into a wgmma register fragment and release the packed stage, issue the register-sourced ``wgmma`` (A
+  from registers, B from the decoded tile) without waiting, then ``T.wait_wgmma(1)`` and release the
+  previous decoded stage (*decoded_free*). Two fragments alternate (even / odd K blocks), so block k+1
+  is decoded while the wgmma of block k runs.
 
 The decode is two or three logic operations per 8 values: for a packed word w, ``(w << 4) & 0xF0F0F0F0``
 is the four low nibbles and ``w & 0xF0F0F0F0`` the four high nibbles, each placed in the top half of
@@ -25,9 +28,9 @@ the int32 accumulator is exact for K < 2^17 (the variant's shape limit). No pack
 the K order inside a decoded block is the seed kernel's (column j < block_K/2 from the low nibble of
 packed byte j, column block_K/2 + j from its high nibble), the same for A and B, so C is unchanged.
 
-The epilogue shifts the accumulator, stages ``c_cols`` columns at a time in shared memory and
-TMA-stores them (int32 rows are 4x the bytes of fp8's bf16, so a whole 64x256 block per warpgroup
-would not fit beside the ring). Grid, grouped raster and tile rules are ``ws_gemm``'s.
+The epilogue shifts the accumulator, stages ``c_cols`` columns at a time in two alternating shared
+buffers and TMA-stores them (int32 rows are 4x the bytes of fp8's bf16, so a whole 64x256 block per
+warpgroup would not fit beside the rings). Grid, grouped raster and tile rules are ``ws_gemm``'s.
 
 Like ``ws_gemm``, this module must not use ``from __future__ import annotations``.
 """
@@ -40,7 +43,7 @@ from kernels.ws_gemm import H200_SMS, ROWS_PER_CONSUMER, WARPGROUP, grouped_tile
 # |(16a)·(16b)| <= 2^14 per term: the int32 accumulator of 256·C is exact while 2^14·K < 2^31
 MAX_EXACT_K = 1 << 17
 DECODERS = WARPGROUP - 32  # producer warps 1-3; warp 0 issues the TMA loads
-# setmaxnreg budgets: the decoders hold 4 packed + 8 decoded words and addresses; 56 + 2·224 <= 512
+# setmaxnreg budgets: the decoders hold 16 packed + 8 decoded words and addresses; 56 + 2·224 <= 512
 PRODUCER_REGS = 56
 CONSUMER_REGS = {1: 240, 2: 224}
 DECODE_BATCH = 4  # decoder steps whose loads are issued together (16 registers of packed words)
@@ -69,7 +72,7 @@ def packed_stages(tile: Tile) -> int:
 
 
 def int4_ws_smem_bytes(tile: Tile) -> int:
-    """The ring (packed A and B, decoded B per stage) plus each consumer's staged output columns."""
+    """Both rings (packed A and B; decoded B) plus each consumer's two staged output buffers."""
     consumers = tile.block_M // ROWS_PER_CONSUMER
     packed = packed_stages(tile) * (tile.block_M + tile.block_N) * tile.block_K // 2
     return packed + tile.num_stages * tile.block_N * tile.block_K + consumers * 2 * ROWS_PER_CONSUMER * c_cols(tile) * 4
@@ -79,9 +82,6 @@ def int4_ws_tile_problem(tile: Tile) -> str | None:
     """Why the kernel cannot take ``tile`` (beyond ``ws_gemm``'s rules), or None."""
     if tile.promote or tile.swap_ab:
         return f"tile {tile.name}: int4_ws has no promotion (_p) or operand swap (_swapab); integer sums are exact"
-    if tile.block_K % 64:
-        return (f"tile {tile.name}: block_K must be a multiple of 64 (the decoders move 16 packed bytes, 32 values,"
-                " per half of a K block)")
     return None
 
 
