@@ -33,12 +33,11 @@ from functools import partial
 import torch
 
 from kernels.formats import INT4_MAX, INT4_MIN, check_operand, encode_int4, pack_int4, quantize_tensor, unpack_int4
-from kernels.int4_ws import int4_ws_kernel, int4_ws_shape_limit, int4_ws_smem_bytes, int4_ws_tile_problem
+from kernels.int4_ws import int4_ws_kernel, int4_ws_shape_limit, int4_ws_tile_problem
 from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
 from kernels.ws_gemm import PASS_CONFIGS as WS_PASS_CONFIGS
-from kernels.ws_gemm import ws_tile_problem
 
 # |a·b| <= 64 per term, so |C| <= 64·K: the int32 accumulator cannot overflow for K < 2^25.
 MAX_EXACT_K = 1 << 25
@@ -482,16 +481,11 @@ INT4_UNPACK_S8 = _register_unpack_s8(
 INT4_UNPACK_S8_SS = _register_unpack_s8("int4_unpack_s8_ss", False, S8_WGMMA_SS, "A and B decoded into shared memory")
 
 
-def int4_ws_tile_check(tile: Tile) -> str | None:
-    """int4_ws's own rules, then ``ws_gemm``'s with its shared-memory layout."""
-    return int4_ws_tile_problem(tile) or ws_tile_problem(tile, smem=int4_ws_smem_bytes(tile))
-
-
 INT4_WS = _register(
     "int4_ws", INT4_TENSOR, launch_int4_unpack_s8, kernel=int4_ws_kernel, out_idx=(2,),
     instructions={"sm_90a": S8_WGMMA_RS}, sass={"sm_90a": S8_IGMMA}, self_checks=int4_self_checks,
     unsupported={a: _WGMMA_ONLY.format(arch=a, int8_tilelang=INT8_TILELANG.name) for a in ("sm_89", "sm_100a")},
-    pass_configs={"sm_90a": WS_PASS_CONFIGS}, shape_limit=int4_ws_shape_limit, tile_check=int4_ws_tile_check,
+    pass_configs={"sm_90a": WS_PASS_CONFIGS}, shape_limit=int4_ws_shape_limit, tile_check=int4_ws_tile_problem,
     baseline=INT8_TORCH_INT_MM.name, second_baseline=INT8_TILELANG.name,
     description="TileLang int4 GEMM for Hopper, warp-specialized and persistent (kernels/int4_ws.py): a TMA warp "
     "loads packed int4, three producer warps decode B to int8 in shared memory, one or two consumer warpgroups "

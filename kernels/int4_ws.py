@@ -38,7 +38,7 @@ import math
 
 from kernels.registry import Unsupported
 from kernels.tiles import Tile
-from kernels.ws_gemm import H200_SMS, ROWS_PER_CONSUMER, WARPGROUP, grouped_tile, ws_shape
+from kernels.ws_gemm import H200_SMS, ROWS_PER_CONSUMER, WARPGROUP, grouped_tile, ws_shape, ws_tile_problem
 
 # |(16a)·(16b)| <= 2^14 per term: the int32 accumulator of 256·C is exact while 2^14·K < 2^31
 MAX_EXACT_K = 1 << 17
@@ -79,10 +79,10 @@ def int4_ws_smem_bytes(tile: Tile) -> int:
 
 
 def int4_ws_tile_problem(tile: Tile) -> str | None:
-    """Why the kernel cannot take ``tile`` (beyond ``ws_gemm``'s rules), or None."""
+    """Why the kernel cannot take ``tile``, or None: its own rules, then ``ws_gemm``'s with its shared memory."""
     if tile.promote or tile.swap_ab:
         return f"tile {tile.name}: int4_ws has no promotion (_p) or operand swap (_swapab); integer sums are exact"
-    return None
+    return ws_tile_problem(tile, smem=int4_ws_smem_bytes(tile))
 
 
 def int4_ws_shape_limit(M: int, N: int, K: int) -> str | None:
