@@ -33,6 +33,7 @@ from functools import partial
 
 import torch
 
+from kernels.blockscaled_ws import blockscaled_ws_kernel, blockscaled_ws_tile_problem
 from kernels.formats import (
     E4M3,
     E4M3_EMAX,
@@ -50,9 +51,10 @@ from kernels.formats import (
     saturate_fp8,
     unblock,
 )
-from kernels.fp8 import CUBLAS_FP8_E4M3, FP8_AS_F16_HMMA, FP8_QGMMA, FP8_QMMA, cublaslt_fp8_shape_limit
+from kernels.fp8 import CUBLAS_FP8_E4M3, FP8_AS_F16_HMMA, FP8_QGMMA, FP8_QMMA, WGMMA_ONLY, cublaslt_fp8_shape_limit
 from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
 from kernels.tiles import Tile
+from kernels.ws_gemm import PASS_CONFIGS as WS_PASS_CONFIGS
 
 PROMOTION_K = 128  # K per fp32 promotion on sm_90a; also the DeepSeek and generic scale block
 MX_BLOCK_K = 32
@@ -222,38 +224,50 @@ def kernel_shape_limit(M: int, N: int, K: int) -> str | None:
     return None
 
 
-def _require_shape(M: int, N: int, K: int, who: str) -> None:
+def _require_shape(M: int, N: int, K: int, who: str, limit=kernel_shape_limit) -> None:
     # the variants' declared shape_limit, raised by the factory itself: a known refusal, never drifting
-    if reason := kernel_shape_limit(M, N, K):
+    if reason := limit(M, N, K):
         raise Unsupported(f"{who}: {reason}")
 
 
-def _check_sm90_tile(tile: Tile) -> None:
+def sm90_shape_limit(M: int, N: int, K: int) -> str | None:
+    """``blockscaled_sm90``'s rule: K % 128, and N % 8 for the TMA store of its bf16 rows (16-byte pitch)."""
+    if reason := kernel_shape_limit(M, N, K):
+        return reason
+    if N % 8:
+        return f"the TMA store of the bf16 output needs N divisible by 8 (a 16-byte row pitch), got N={N}"
+    return None
+
+
+def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile):
+    """The DeepSeek-recipe kernel for Hopper: warp-specialized and persistent, the promotion of block k
+    overlapped with the wgmma of block k+1 (``kernels.blockscaled_ws``)."""
+    _require_shape(M, N, K, BLOCKSCALED_SM90.name, sm90_shape_limit)  # registered below
+    return blockscaled_ws_kernel(M, N, K, tile)
+
+
+def _check_g128_tile(tile: Tile) -> None:
     if tile.block_K != PROMOTION_K:
         raise ValueError(
-            f"blockscaled_sm90: block_K must be {PROMOTION_K} (the promotion interval), got {tile.block_K}"
+            f"blockscaled_g128: block_K must be {PROMOTION_K} (the promotion interval), got {tile.block_K}"
         )
     if tile.block_M % 64:
-        raise ValueError(f"blockscaled_sm90: block_M must be a multiple of 64 (wgmma M), got {tile.block_M}")
+        raise ValueError(f"blockscaled_g128: block_M must be a multiple of 64 (wgmma M), got {tile.block_M}")
     if tile.block_N not in (64, 128, 256):
         raise ValueError(
-            f"blockscaled_sm90: block_N must be 64, 128 or 256 so each wgmma tile sees one B scale block, "
+            f"blockscaled_g128: block_N must be 64, 128 or 256 (a partial sum of at most 128 columns), "
             f"got {tile.block_N}"
         )
 
 
-def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, b_scale: str = "block"):
-    """Hopper block-scaled fp8 GEMM with fp32 promotion every 128 K; also blockscaled_g128's kernel
-    (``b_scale="row"``).
+def blockscaled_g128_kernel(M: int, N: int, K: int, tile: Tile):
+    """Hopper block-scaled fp8 GEMM with per-row scales for both operands and fp32 promotion every 128 K
+    (the seed's form; ``blockscaled_sm90``'s kernel before it was warp-specialized by hand).
 
-    Per K block: TMA brings A, B and the tile's A row scales (from the M-major ``SFA_t``) into a
-    ``num_stages`` pipeline; ``T.gemm`` (wgmma, clear_accum: a fresh partial sum) computes the block's
-    product and ``C_acc += C_part * SFA * SFB`` promotes it. TileLang warp-specializes the loop (a TMA
-    producer warpgroup, ``threads`` consumer threads).
-
-    ``b_scale="block"`` (DeepSeek): one B scale per 128x128 block, read as scalars before the wgmma
-    so the load latency hides behind it. ``b_scale="row"`` (generic g=128): one B scale per row,
-    TMA-loaded per K block from the N-major ``SFB_t``.
+    Per K block: TMA brings A, B and the tile's A and B row scales (from the M- and N-major ``SFA_t``,
+    ``SFB_t``) into a ``num_stages`` pipeline; ``T.gemm`` (wgmma, clear_accum: a fresh partial sum)
+    computes the block's product and ``C_acc += C_part * SFA * SFB`` promotes it. TileLang
+    warp-specializes the loop (a TMA producer warpgroup, ``threads`` consumer threads).
 
     With block_N 256 the tile is computed as two 128-wide halves that reuse one partial-sum fragment
     (each half keeps its own accumulator): a 128x256 fp32 partial plus a 128x256 accumulator would
@@ -263,35 +277,30 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, b_scale: str = "
     """
     import tilelang.language as T
 
-    if b_scale not in ("block", "row"):
-        raise ValueError(f"b_scale must be 'block' or 'row', got {b_scale!r}")
-    _require_shape(M, N, K, (BLOCKSCALED_SM90 if b_scale == "block" else BLOCKSCALED_G128).name)  # registered below
-    _check_sm90_tile(tile)
+    _require_shape(M, N, K, BLOCKSCALED_G128.name)  # registered below
+    _check_g128_tile(tile)
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
     sub_N = min(bN, 128)  # wgmma N of one partial sum
     n_sub = bN // sub_N
     parts = list(range(n_sub))  # a Python list: TileLang unrolls a for over it at trace time (range -> T.serial)
     kb = K // PROMOTION_K
-    nb = ceil_div(N, PROMOTION_K)
     M4, N4 = round_up(M, 4), round_up(N, 4)
     policy = getattr(T.GemmWarpPolicy, tile.policy)
     fp8, f32 = "float8_e4m3fn", "float32"
-    sfb_shape = (nb, kb) if b_scale == "block" else (kb, N4)
 
     @T.prim_func
     def main(
         A: T.Tensor((M, K), fp8),
         B: T.Tensor((N, K), fp8),
         SFA_t: T.Tensor((kb, M4), f32),  # A scales, M-major
-        SFB: T.Tensor(sfb_shape, f32),  # block: (⌈N/128⌉, K/128); row: SFB_t (K/128, N4), N-major
+        SFB: T.Tensor((kb, N4), f32),  # SFB_t: B scales, N-major
         C: T.Tensor((M, N), "bfloat16"),
     ):
         with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
             A_s = T.alloc_shared((bM, bK), fp8)
             B_s = [T.alloc_shared((sub_N, bK), fp8) for _ in range(n_sub)]
             SFA_s = T.alloc_shared((bM,), f32)
-            SFB_s = T.alloc_shared((bN,), f32) if b_scale == "row" else None
-            sfb = T.alloc_local((n_sub,), f32) if b_scale == "block" else None
+            SFB_s = T.alloc_shared((bN,), f32)
             C_part = T.alloc_fragment((bM, sub_N), f32)
             C_acc = [T.alloc_fragment((bM, sub_N), f32) for _ in range(n_sub)]
             C_s = T.alloc_shared((bM, bN), "bfloat16")
@@ -304,21 +313,11 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, b_scale: str = "
                 for h in parts:
                     T.copy(B[bx * bN + h * sub_N, k * bK], B_s[h])
                 T.copy(SFA_t[k, by * bM], SFA_s)
-                if b_scale == "row":
-                    T.copy(SFB[k, bx * bN], SFB_s)
-                else:
-                    # the 128-row B block of each part; a part past N clamps to the last block (its
-                    # columns are never stored)
-                    for h in parts:
-                        sfb[h] = SFB[T.min((bx * bN + h * sub_N) // PROMOTION_K, nb - 1), k]
+                T.copy(SFB[k, bx * bN], SFB_s)
                 for h in parts:
                     T.gemm(A_s, B_s[h], C_part, transpose_B=True, clear_accum=True, policy=policy)
-                    if b_scale == "row":
-                        for i, j in T.Parallel(bM, sub_N):
-                            C_acc[h][i, j] += C_part[i, j] * (SFA_s[i] * SFB_s[h * sub_N + j])
-                    else:
-                        for i, j in T.Parallel(bM, sub_N):
-                            C_acc[h][i, j] += C_part[i, j] * (SFA_s[i] * sfb[h])
+                    for i, j in T.Parallel(bM, sub_N):
+                        C_acc[h][i, j] += C_part[i, j] * (SFA_s[i] * SFB_s[h * sub_N + j])
             for h in parts:
                 T.copy(C_acc[h], C_s[:, h * sub_N : (h + 1) * sub_N])
             T.copy(C_s, C[by * bM, bx * bN])
@@ -523,8 +522,8 @@ def _register(name: str, fmt: Format, emulate, launch, **fields) -> Variant:
                                     precision="fp8", **fields))
 
 
-def _register_kernel(name: str, fmt: Format, emulate, launch, kernel, **fields) -> Variant:
-    return _register(name, fmt, emulate, launch, kernel=kernel, out_idx=(4,), shape_limit=kernel_shape_limit, **fields)
+def _register_kernel(name: str, fmt: Format, emulate, launch, kernel, shape_limit=kernel_shape_limit, **fields) -> Variant:
+    return _register(name, fmt, emulate, launch, kernel=kernel, out_idx=(4,), shape_limit=shape_limit, **fields)
 
 
 DEEPSEEK_1X128_128X128 = _register_format(
@@ -551,16 +550,20 @@ CUBLAS_BLOCKWISE_FP8 = _register(
 )
 BLOCKSCALED_SM90 = _register_kernel(
     "blockscaled_sm90", DEEPSEEK_1X128_128X128, emulate_blockscaled_sm90, launch_blockscaled_sm90,
-    partial(blockscaled_sm90_kernel, b_scale="block"), instructions=_SM90_KERNEL_INSTRUCTIONS, sass=_SM90_KERNEL_SASS,
+    blockscaled_sm90_kernel, instructions={"sm_90a": _SM90_FP8_WGMMA}, sass={"sm_90a": FP8_QGMMA["e4m3"]},
+    unsupported={"sm_89": WGMMA_ONLY, "sm_100a": WGMMA_ONLY}, pass_configs={"sm_90a": WS_PASS_CONFIGS},
+    shape_limit=sm90_shape_limit, tile_check=blockscaled_ws_tile_problem,
     # promoted every 128 K into full fp32, like cuBLAS's blockwise call (which forbids fast
     # accumulation); the tensorwise promoted cuBLAS call is the second column
     baseline=CUBLAS_BLOCKWISE_FP8.name, second_baseline=CUBLAS_FP8_E4M3.name,
-    description="TileLang DeepSeek-recipe fp8 GEMM: wgmma per 128-K block into an fp32 partial, promoted "
-    "with SFA·SFB into a second fp32 accumulator, bf16 out",
+    description="TileLang DeepSeek-recipe fp8 GEMM for Hopper, warp-specialized and persistent "
+    "(kernels/blockscaled_ws.py): a TMA producer warpgroup fills a ring with A, B and A's row scales; one or two "
+    "consumer warpgroups issue each 128-K block's wgmma into a fresh fp32 partial and promote the previous "
+    "block's partial with SFA·SFB into the fp32 accumulator while it runs; bf16 out through a TMA store",
 )
 BLOCKSCALED_G128 = _register_kernel(
     "blockscaled_g128", GENERIC_G128, partial(emulate_blockscaled_g128, g=PROMOTION_K), launch_blockscaled_g128,
-    partial(blockscaled_sm90_kernel, b_scale="row"), instructions=_SM90_KERNEL_INSTRUCTIONS, sass=_SM90_KERNEL_SASS,
+    blockscaled_g128_kernel, instructions=_SM90_KERNEL_INSTRUCTIONS, sass=_SM90_KERNEL_SASS,
     baseline=CUBLAS_BLOCKWISE_FP8.name,  # cuBLAS has no per-row B scales: the DeepSeek recipe is the nearest peer
     second_baseline=CUBLAS_FP8_E4M3.name,
     description="TileLang seed-form fp8 GEMM, per-row-per-128-K scales for both operands, promoted every "

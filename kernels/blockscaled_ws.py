@@ -1,0 +1,227 @@
+"""DeepSeek-recipe block-scaled fp8 GEMM for Hopper: warp-specialized, persistent, promotion overlapped.
+
+C = Σ_k (A_k · B_kᵀ) ⊙ (SFA_k · SFB_k), A (M,K) and B (N,K) e4m3, SFA one fp32 scale per row per 128 K
+(read M-major, ``SFA_t``), SFB one per 128x128 block, bf16 out. The ``_ws`` tiles of ``blockscaled_sm90``.
+
+Hopper has no block-scaled MMA, so each 128-wide K block's wgmma writes a fresh fp32 partial sum that
+is scaled and added into the fp32 accumulator ("promotion"). The pipelined kernel waits for every
+wgmma before it promotes, so the tensor core idles while each warpgroup does the FFMAs. Here:
+
+- one producer warpgroup (``T.dec_max_nreg``) walks the CTA's tiles and K blocks and TMA-loads A, B and
+  the tile's A row scales of the block into a ring of ``num_stages`` stages (*full* / *empty* barriers);
+- one or two consumer warpgroups, 64 output rows each. Per K block a consumer reads its two row scales
+  from the stage into registers and loads the block's B scale(s) from global memory (L2-resident, a
+  few hundred bytes per tile), so nothing it promotes with lives in a stage it has released;
+- ``block_N`` ≤ 128: two partial-sum fragments alternate. The wgmma of block k+1 is issued before the
+  partial of block k is promoted (``T.wait_wgmma(1)``), so the tensor core always has the next batch
+  while the FFMAs run, and the stage of block k is released as soon as its batch retires;
+- ``block_N`` 256: two 128-wide halves, each with its own accumulator and B scale, share one partial
+  (a second one would not fit in the registers: 2x64 + 128 per thread); each half is issued, drained
+  and promoted in turn, and the other consumer warpgroup keeps the tensor core busy meanwhile;
+- the epilogue casts to bf16, stages the warpgroup's 64 rows in shared memory and TMA-stores them; the
+  warpgroup starts its next tile while the store runs. Grid, grouped raster and tile rules are
+  ``ws_gemm``'s (persistent: ``min(tiles, SMs)`` CTAs).
+
+Like ``ws_gemm``, this module must not use ``from __future__ import annotations``.
+"""
+from kernels.tiles import Tile
+from kernels.ws_gemm import (
+    CONSUMER_REGS,
+    PRODUCER_REGS,
+    ROWS_PER_CONSUMER,
+    WARPGROUP,
+    grouped_tile,
+    ws_shape,
+    ws_tile_problem,
+)
+
+SCALE_BLOCK = 128  # K (and B rows) per scale: one promotion per K block
+SUB_N = 128  # widest partial sum one wgmma writes here (one B scale block)
+
+
+def blockscaled_ws_smem_bytes(tile: Tile) -> int:
+    """The ring (A, B and the A row scales per stage) and the bf16 output block."""
+    stage = (tile.block_M + tile.block_N) * tile.block_K + tile.block_M * 4
+    return tile.num_stages * stage + tile.block_M * tile.block_N * 2
+
+
+def blockscaled_ws_tile_problem(tile: Tile) -> str | None:
+    """Why the kernel cannot take ``tile``, or None."""
+    if tile.block_K != SCALE_BLOCK:
+        return f"tile {tile.name}: block_K must be {SCALE_BLOCK} (one promotion per scale block)"
+    if tile.block_N not in (64, 128, 256):
+        return (f"tile {tile.name}: block_N must be 64, 128 or 256, so that each partial sum sees one B scale "
+                "block (a 128x128 block of B)")
+    if tile.promote or tile.swap_ab:
+        return f"tile {tile.name}: the kernel promotes every K block and does not swap A and B (no _p, no _swapab)"
+    return ws_tile_problem(tile, smem=blockscaled_ws_smem_bytes(tile))
+
+
+def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | None = None):
+    """TileLang prim_func: A (M,K), B (N,K) e4m3, SFA_t (K/128, M4), SFB (⌈N/128⌉, K/128) fp32, C (M,N) bf16.
+
+    The caller (``blockscaled.blockscaled_sm90_kernel``) has checked the shape (K % 128, N % 8)."""
+    import tilelang.language as T
+
+    if problem := blockscaled_ws_tile_problem(tile):
+        raise ValueError(problem)
+    bM, bN, bK, S = tile.block_M, tile.block_N, tile.block_K, tile.num_stages
+    shape = ws_shape(M, N, K, tile, smem=blockscaled_ws_smem_bytes(tile), **({"num_sms": num_sms} if num_sms else {}))
+    consumers, grid, waves, k_blocks = shape.consumers, shape.grid, shape.waves, shape.k_blocks
+    m_blocks, n_blocks, tiles = shape.m_blocks, shape.n_blocks, shape.tiles
+    group_M = max(tile.swizzle, 1)
+    rows = ROWS_PER_CONSUMER
+    consumer_warps = consumers * WARPGROUP // 32
+    sub_N = min(bN, SUB_N)
+    halves = list(range(bN // sub_N))  # a Python list: unrolled at trace time
+    split = len(halves) > 1
+    nbs = -(-N // SCALE_BLOCK)  # B scale blocks along N
+    M4 = -(-M // 4) * 4
+    fp8, f32 = "float8_e4m3fn", "float32"
+    regs = rows * sub_N // WARPGROUP
+
+    @T.macro
+    def tile_coords(t, mb, nb):
+        mb[0], nb[0] = grouped_tile(t, m_blocks, n_blocks, group_M, minimum=T.min)
+
+    @T.macro
+    def load_scales(SFA_s, SFB, slot, ki, nb, wg, sa, sb):
+        # the warpgroup's row scales of the stage, and this K block's B scale per half, into registers;
+        # a half past N clamps to the last block (its columns are never stored)
+        for i in T.Parallel(rows):
+            sa[i] = SFA_s[slot, wg * rows + i]
+        for h in halves:
+            sb[h] = SFB[T.min((nb[0] * bN + h * sub_N) // SCALE_BLOCK, nbs - 1), ki]
+
+    @T.macro
+    def promote(acc, part, sa, sb, h):
+        T.warpgroup_fence_operand(part, num_regs=regs)
+        for i, j in T.Parallel(rows, sub_N):
+            acc[i, j] += part[i, j] * (sa[i] * sb[h])
+
+    @T.macro
+    def consume(A_s, B_s, SFA_s, SFB, C_s, full, empty, C, accs, parts, sas, sbs, wg, pid):
+        T.inc_max_nreg(CONSUMER_REGS[consumers])
+        lane = T.get_thread_binding() % 32
+        gi = T.alloc_var("int32", init=0)
+        mb = T.alloc_local((1,), "int32")
+        nb = T.alloc_local((1,), "int32")
+        for w in T.serial(waves):
+            t = w * grid + pid
+            if t < tiles:
+                tile_coords(t, mb, nb)
+                for h in halves:
+                    T.clear(accs[h])
+                if split:
+                    # block_N 256: per K block, each half's wgmma is issued, drained and promoted in turn
+                    for ki in T.serial(k_blocks):
+                        slot = gi % S
+                        T.barrier_wait(full[slot], (gi // S) & 1)
+                        load_scales(SFA_s, SFB, slot, ki, nb, wg, sas[0], sbs[0])
+                        for h in halves:
+                            T.wgmma_gemm(A_s[slot, :, :], B_s[h][slot, :, :], parts[0], transpose_B=True,
+                                         policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
+                            T.wait_wgmma(0)
+                            if h == halves[-1]:
+                                if lane == 0:
+                                    T.barrier_arrive(empty[slot])
+                            promote(accs[h], parts[0], sas[0], sbs[0], h)
+                        gi = gi + 1
+                else:
+                    # block k+1's wgmma runs while block k's partial is promoted; pairs alternate the
+                    # partial-sum and scale registers
+                    for kp in T.serial((k_blocks + 1) // 2):
+                        for q in [0, 1]:  # a list: unrolled at trace time (range would be T.serial)
+                            ki = kp * 2 + q
+                            if ki < k_blocks:
+                                slot = gi % S
+                                T.barrier_wait(full[slot], (gi // S) & 1)
+                                load_scales(SFA_s, SFB, slot, ki, nb, wg, sas[q], sbs[q])
+                                T.wgmma_gemm(A_s[slot, :, :], B_s[0][slot, :, :], parts[q], transpose_B=True,
+                                             policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
+                                if ki > 0:
+                                    T.wait_wgmma(1)  # block ki-1 retired; block ki keeps running
+                                    if lane == 0:
+                                        T.barrier_arrive(empty[(gi + S - 1) % S])
+                                    promote(accs[0], parts[1 - q], sas[1 - q], sbs[1 - q], 0)
+                                gi = gi + 1
+                    T.wait_wgmma(0)
+                    if lane == 0:
+                        T.barrier_arrive(empty[(gi + S - 1) % S])
+                    last = (k_blocks - 1) % 2
+                    promote(accs[0], parts[last], sas[last], sbs[last], 0)
+                # the previous tile's store must have read C_s before it is overwritten; then the TMA
+                # store runs on while this warpgroup starts its next tile
+                T.tma_store_wait(0)
+                T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
+                for h in halves:
+                    T.copy(accs[h], C_s[:, h * sub_N:(h + 1) * sub_N])
+                T.fence_proxy_async()
+                T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
+                row = mb[0] * bM + wg * rows
+                T.tma_copy(C_s, C[row:row + rows, nb[0] * bN:(nb[0] + 1) * bN])
+        T.tma_store_wait(0)
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), fp8),
+        B: T.Tensor((N, K), fp8),
+        SFA_t: T.Tensor((k_blocks, M4), f32),
+        SFB: T.Tensor((nbs, k_blocks), f32),
+        C: T.Tensor((M, N), "bfloat16"),
+    ):
+        with T.Kernel(grid, threads=shape.threads) as pid:
+            A_s0 = T.alloc_shared((S, rows, bK), fp8)
+            B_s = [T.alloc_shared((S, sub_N, bK), fp8) for _ in halves]
+            SFA_s = T.alloc_shared((S, bM), f32)
+            C_s0 = T.alloc_shared((rows, bN), "bfloat16")
+            accs0 = [T.alloc_fragment((rows, sub_N), f32) for _ in halves]
+            parts0 = [T.alloc_fragment((rows, sub_N), f32) for _ in range(1 if split else 2)]
+            sas0 = [T.alloc_fragment((rows,), f32) for _ in range(1 if split else 2)]
+            sbs0 = [T.alloc_local((len(halves),), f32) for _ in range(1 if split else 2)]
+            if consumers == 2:
+                A_s1 = T.alloc_shared((S, rows, bK), fp8)
+                C_s1 = T.alloc_shared((rows, bN), "bfloat16")
+                accs1 = [T.alloc_fragment((rows, sub_N), f32) for _ in halves]
+                parts1 = [T.alloc_fragment((rows, sub_N), f32) for _ in range(1 if split else 2)]
+                sas1 = [T.alloc_fragment((rows,), f32) for _ in range(1 if split else 2)]
+                sbs1 = [T.alloc_local((len(halves),), f32) for _ in range(1 if split else 2)]
+            # full: all 128 producer threads arrive once the stage's loads are issued (the TMA adds its
+            # bytes); empty: lane 0 of every consumer warp arrives once its wgmma of the stage retired
+            # and its row scales are in registers
+            full = T.alloc_barrier([WARPGROUP] * S)
+            empty = T.alloc_barrier([consumer_warps] * S)
+            tx = T.get_thread_binding()
+            T.sync_threads()
+            if tx < WARPGROUP:
+                T.dec_max_nreg(PRODUCER_REGS)
+                gi = T.alloc_var("int32", init=0)
+                mb = T.alloc_local((1,), "int32")
+                nb = T.alloc_local((1,), "int32")
+                for w in T.serial(waves):
+                    t = w * grid + pid
+                    if t < tiles:
+                        tile_coords(t, mb, nb)
+                        for ki in T.serial(k_blocks):
+                            slot = gi % S
+                            m0 = mb[0] * bM
+                            T.barrier_wait(empty[slot], ((gi // S) & 1) ^ 1)
+                            T.tma_copy(A[m0:m0 + rows, ki * bK:(ki + 1) * bK], A_s0[slot, :, :], barrier=full[slot])
+                            if consumers == 2:
+                                T.tma_copy(A[m0 + rows:m0 + bM, ki * bK:(ki + 1) * bK], A_s1[slot, :, :],
+                                           barrier=full[slot])
+                            for h in halves:
+                                n0 = nb[0] * bN + h * sub_N
+                                T.tma_copy(B[n0:n0 + sub_N, ki * bK:(ki + 1) * bK], B_s[h][slot, :, :],
+                                           barrier=full[slot])
+                            T.tma_copy(SFA_t[ki, m0:m0 + bM], SFA_s[slot, :], barrier=full[slot])
+                            T.barrier_arrive(full[slot])
+                            gi = gi + 1
+            elif tx < 2 * WARPGROUP:
+                consume(A_s0, B_s, SFA_s, SFB, C_s0, full, empty, C, accs0, parts0, sas0, sbs0, 0, pid)
+            else:
+                if consumers == 2:
+                    consume(A_s1, B_s, SFA_s, SFB, C_s1, full, empty, C, accs1, parts1, sas1, sbs1, 1, pid)
+
+    return main
+
