@@ -74,7 +74,6 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
     consumer_warps = consumers * WARPGROUP // 32
     sub_N = min(bN, SUB_N)
     halves = list(range(bN // sub_N))  # a Python list: unrolled at trace time
-    split = len(halves) > 1
     nbs = -(-N // SCALE_BLOCK)  # B scale blocks along N
     M4 = -(-M // 4) * 4
     fp8, f32 = "float8_e4m3fn", "float32"
@@ -100,7 +99,7 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
             acc[i, j] += part[i, j] * (sa[i] * sb[h])
 
     @T.macro
-    def consume(A_s, B_s, SFA_s, SFB, C_s, full, empty, C, accs, parts, sas, sbs, wg, pid):
+    def consume(A_s, B_s, SFA_s, SFB, C_s, full, empty, C, accs, part, sa, sb, wg, pid):
         T.inc_max_nreg(CONSUMER_REGS[consumers])
         lane = T.get_thread_binding() % 32
         gi = T.alloc_var("int32", init=0)
@@ -112,44 +111,21 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                 tile_coords(t, mb, nb)
                 for h in halves:
                     T.clear(accs[h])
-                if split:
-                    # block_N 256: per K block, each half's wgmma is issued, drained and promoted in turn
-                    for ki in T.serial(k_blocks):
-                        slot = gi % S
-                        T.barrier_wait(full[slot], (gi // S) & 1)
-                        load_scales(SFA_s, SFB, slot, ki, nb, wg, sas[0], sbs[0])
-                        for h in halves:
-                            T.wgmma_gemm(A_s[slot, :, :], B_s[h][slot, :, :], parts[0], transpose_B=True,
-                                         policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
-                            T.wait_wgmma(0)
-                            if h == halves[-1]:
-                                if lane == 0:
-                                    T.barrier_arrive(empty[slot])
-                            promote(accs[h], parts[0], sas[0], sbs[0], h)
-                        gi = gi + 1
-                else:
-                    # block k+1's wgmma runs while block k's partial is promoted; pairs alternate the
-                    # partial-sum and scale registers
-                    for kp in T.serial((k_blocks + 1) // 2):
-                        for q in [0, 1]:  # a list: unrolled at trace time (range would be T.serial)
-                            ki = kp * 2 + q
-                            if ki < k_blocks:
-                                slot = gi % S
-                                T.barrier_wait(full[slot], (gi // S) & 1)
-                                load_scales(SFA_s, SFB, slot, ki, nb, wg, sas[q], sbs[q])
-                                T.wgmma_gemm(A_s[slot, :, :], B_s[0][slot, :, :], parts[q], transpose_B=True,
-                                             policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
-                                if ki > 0:
-                                    T.wait_wgmma(1)  # block ki-1 retired; block ki keeps running
-                                    if lane == 0:
-                                        T.barrier_arrive(empty[(gi + S - 1) % S])
-                                    promote(accs[0], parts[1 - q], sas[1 - q], sbs[1 - q], 0)
-                                gi = gi + 1
-                    T.wait_wgmma(0)
-                    if lane == 0:
-                        T.barrier_arrive(empty[(gi + S - 1) % S])
-                    last = (k_blocks - 1) % 2
-                    promote(accs[0], parts[last], sas[last], sbs[last], 0)
+                # per K block, each half's wgmma is issued, drained and promoted in turn; while one
+                # consumer warpgroup promotes, the other's wgmma keeps the tensor core busy
+                for ki in T.serial(k_blocks):
+                    slot = gi % S
+                    T.barrier_wait(full[slot], (gi // S) & 1)
+                    load_scales(SFA_s, SFB, slot, ki, nb, wg, sa, sb)
+                    for h in halves:
+                        T.wgmma_gemm(A_s[slot, :, :], B_s[h][slot, :, :], part, transpose_B=True,
+                                     policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
+                        T.wait_wgmma(0)
+                        if h == halves[-1]:
+                            if lane == 0:
+                                T.barrier_arrive(empty[slot])  # the stage's last reader retired
+                        promote(accs[h], part, sa, sb, h)
+                    gi = gi + 1
                 # the previous tile's store must have read C_s before it is overwritten; then the TMA
                 # store runs on while this warpgroup starts its next tile
                 T.tma_store_wait(0)
@@ -176,16 +152,16 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
             SFA_s = T.alloc_shared((S, bM), f32)
             C_s0 = T.alloc_shared((rows, bN), "bfloat16")
             accs0 = [T.alloc_fragment((rows, sub_N), f32) for _ in halves]
-            parts0 = [T.alloc_fragment((rows, sub_N), f32) for _ in range(1 if split else 2)]
-            sas0 = [T.alloc_fragment((rows,), f32) for _ in range(1 if split else 2)]
-            sbs0 = [T.alloc_local((len(halves),), f32) for _ in range(1 if split else 2)]
+            part0 = T.alloc_fragment((rows, sub_N), f32)
+            sa0 = T.alloc_fragment((rows,), f32)
+            sb0 = T.alloc_local((len(halves),), f32)
             if consumers == 2:
                 A_s1 = T.alloc_shared((S, rows, bK), fp8)
                 C_s1 = T.alloc_shared((rows, bN), "bfloat16")
                 accs1 = [T.alloc_fragment((rows, sub_N), f32) for _ in halves]
-                parts1 = [T.alloc_fragment((rows, sub_N), f32) for _ in range(1 if split else 2)]
-                sas1 = [T.alloc_fragment((rows,), f32) for _ in range(1 if split else 2)]
-                sbs1 = [T.alloc_local((len(halves),), f32) for _ in range(1 if split else 2)]
+                part1 = T.alloc_fragment((rows, sub_N), f32)
+                sa1 = T.alloc_fragment((rows,), f32)
+                sb1 = T.alloc_local((len(halves),), f32)
             # full: all 128 producer threads arrive once the stage's loads are issued (the TMA adds its
             # bytes); empty: lane 0 of every consumer warp arrives once its wgmma of the stage retired
             # and its row scales are in registers
@@ -218,10 +194,10 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                             T.barrier_arrive(full[slot])
                             gi = gi + 1
             elif tx < 2 * WARPGROUP:
-                consume(A_s0, B_s, SFA_s, SFB, C_s0, full, empty, C, accs0, parts0, sas0, sbs0, 0, pid)
+                consume(A_s0, B_s, SFA_s, SFB, C_s0, full, empty, C, accs0, part0, sa0, sb0, 0, pid)
             else:
                 if consumers == 2:
-                    consume(A_s1, B_s, SFA_s, SFB, C_s1, full, empty, C, accs1, parts1, sas1, sbs1, 1, pid)
+                    consume(A_s1, B_s, SFA_s, SFB, C_s1, full, empty, C, accs1, part1, sa1, sb1, 1, pid)
 
     return main
 
