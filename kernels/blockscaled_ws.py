@@ -37,6 +37,9 @@ from kernels.ws_gemm import (
 
 SCALE_BLOCK = 128  # K (and B rows) per scale: one promotion per K block
 SUB_N = 128  # widest partial sum one wgmma writes here (one B scale block)
+# named barriers (ids 1, 2 are the consumers' epilogue barriers): TURN[w] completes once consumer
+# warpgroup w has queued its wgmma batch and the other warpgroup waits for it
+TURN = (3, 4)
 
 
 def blockscaled_ws_smem_bytes(tile: Tile) -> int:
@@ -118,8 +121,20 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                     T.barrier_wait(full[slot], (gi // S) & 1)
                     load_scales(SFA_s, SFB, slot, ki, nb, wg, sa, sb)
                     for h in halves:
+                        if consumers == 2:
+                            # take turns on the tensor core: wait until the other warpgroup has issued
+                            # its previous batch (warpgroup 0's very first batch waits for nobody)
+                            if wg == 1:
+                                T.sync_threads(barrier_id=TURN[0], arrive_count=2 * WARPGROUP)
+                            elif h > 0:
+                                T.sync_threads(barrier_id=TURN[1], arrive_count=2 * WARPGROUP)
+                            else:
+                                if gi > 0:
+                                    T.sync_threads(barrier_id=TURN[1], arrive_count=2 * WARPGROUP)
                         T.wgmma_gemm(A_s[slot, :, :], B_s[h][slot, :, :], part, transpose_B=True,
                                      policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
+                        if consumers == 2:
+                            T.named_barrier_arrive(TURN[wg], 2 * WARPGROUP)  # this batch is queued
                         T.wait_wgmma(0)
                         if h == halves[-1]:
                             if lane == 0:
@@ -136,6 +151,9 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                 T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
                 row = mb[0] * bM + wg * rows
                 T.tma_copy(C_s, C[row:row + rows, nb[0] * bN:(nb[0] + 1) * bN])
+        if consumers == 2:
+            if wg == 0:
+                T.sync_threads(barrier_id=TURN[1], arrive_count=2 * WARPGROUP)  # warpgroup 1's last turn
         T.tma_store_wait(0)
 
     @T.prim_func
