@@ -87,13 +87,11 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
         mb[0], nb[0] = grouped_tile(t, m_blocks, n_blocks, group_M, minimum=T.min)
 
     @T.macro
-    def load_scales(SFA_s, SFB, slot, ki, nb, wg, sa, sb):
-        # the warpgroup's row scales of the stage, and this K block's B scale per half, into registers;
-        # a half past N clamps to the last block (its columns are never stored)
-        for i in T.Parallel(rows):
-            sa[i] = SFA_s[slot, wg * rows + i]
+    def load_b_scales(SFB, ki, nb, sb):
+        # K block ki's B scale per half (a half past N clamps to the last block: its columns are never
+        # stored; ki past the end to the last block: a prefetch nobody uses)
         for h in halves:
-            sb[h] = SFB[T.min((nb[0] * bN + h * sub_N) // SCALE_BLOCK, nbs - 1), ki]
+            sb[h] = SFB[T.min((nb[0] * bN + h * sub_N) // SCALE_BLOCK, nbs - 1), T.min(ki, k_blocks - 1)]
 
     @T.macro
     def promote(acc, part, sa, sb, h):
@@ -102,7 +100,7 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
             acc[i, j] += part[i, j] * (sa[i] * sb[h])
 
     @T.macro
-    def consume(A_s, B_s, SFA_s, SFB, C_s, full, empty, C, accs, part, sa, sb, wg, pid):
+    def consume(A_s, B_s, SFA_s, SFB, C_s, full, empty, C, accs, part, sa, sb, sb_next, wg, pid):
         T.inc_max_nreg(CONSUMER_REGS[consumers])
         lane = T.get_thread_binding() % 32
         gi = T.alloc_var("int32", init=0)
@@ -116,10 +114,17 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                     T.clear(accs[h])
                 # per K block, each half's wgmma is issued, drained and promoted in turn; while one
                 # consumer warpgroup promotes, the other's wgmma keeps the tensor core busy
+                load_b_scales(SFB, 0, nb, sb_next)
                 for ki in T.serial(k_blocks):
+                    # B's scales come from global memory (L2): loaded one K block ahead, so that the
+                    # promotion never waits for them
+                    for h in halves:
+                        sb[h] = sb_next[h]
+                    load_b_scales(SFB, ki + 1, nb, sb_next)
                     slot = gi % S
                     T.barrier_wait(full[slot], (gi // S) & 1)
-                    load_scales(SFA_s, SFB, slot, ki, nb, wg, sa, sb)
+                    for i in T.Parallel(rows):  # the warpgroup's row scales of the stage, into registers
+                        sa[i] = SFA_s[slot, wg * rows + i]
                     for h in halves:
                         if consumers == 2:
                             # take turns on the tensor core: wait until the other warpgroup has issued
@@ -173,6 +178,7 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
             part0 = T.alloc_fragment((rows, sub_N), f32)
             sa0 = T.alloc_fragment((rows,), f32)
             sb0 = T.alloc_local((len(halves),), f32)
+            sbn0 = T.alloc_local((len(halves),), f32)
             if consumers == 2:
                 A_s1 = T.alloc_shared((S, rows, bK), fp8)
                 C_s1 = T.alloc_shared((rows, bN), "bfloat16")
@@ -180,6 +186,7 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                 part1 = T.alloc_fragment((rows, sub_N), f32)
                 sa1 = T.alloc_fragment((rows,), f32)
                 sb1 = T.alloc_local((len(halves),), f32)
+                sbn1 = T.alloc_local((len(halves),), f32)
             # full: all 128 producer threads arrive once the stage's loads are issued (the TMA adds its
             # bytes); empty: lane 0 of every consumer warp arrives once its wgmma of the stage retired
             # and its row scales are in registers
@@ -212,10 +219,10 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                             T.barrier_arrive(full[slot])
                             gi = gi + 1
             elif tx < 2 * WARPGROUP:
-                consume(A_s0, B_s, SFA_s, SFB, C_s0, full, empty, C, accs0, part0, sa0, sb0, 0, pid)
+                consume(A_s0, B_s, SFA_s, SFB, C_s0, full, empty, C, accs0, part0, sa0, sb0, sbn0, 0, pid)
             else:
                 if consumers == 2:
-                    consume(A_s1, B_s, SFA_s, SFB, C_s1, full, empty, C, accs1, part1, sa1, sb1, 1, pid)
+                    consume(A_s1, B_s, SFA_s, SFB, C_s1, full, empty, C, accs1, part1, sa1, sb1, sbn1, 1, pid)
 
     return main
 
