@@ -495,8 +495,6 @@ CUBLAS_NOT_SUPPORTED = (r"CUBLAS_STATUS_NOT_SUPPORTED", "cuBLASLt has no blockwi
 
 # instruction and operand dtypes, so that a fallback fails the compile step's check
 _SM90_FP8_WGMMA = r"wgmma_ss<tl::DataType::kFloat8_e4m3, tl::DataType::kFloat8_e4m3, tl::DataType::kFloat32"
-# blockscaled_sm90's block_N 256 tiles read A from registers (wgmma_rs), the others from shared memory
-_SM90_FP8_WGMMA_SS_OR_RS = _SM90_FP8_WGMMA.replace("wgmma_ss<", "wgmma_(?:ss|rs)<")
 # off sm_90a the same kernel lowers T.gemm to fp8 mma.sync (no wgmma there; sm_100a's tcgen05 needs C in
 # tensor memory), which is what this pattern records
 _FP8_MMA_SYNC = r"mma_sync<tl::DataType::kFloat8_e4m3, tl::DataType::kFloat8_e4m3, tl::DataType::kFloat32"
@@ -552,7 +550,7 @@ CUBLAS_BLOCKWISE_FP8 = _register(
 )
 BLOCKSCALED_SM90 = _register_kernel(
     "blockscaled_sm90", DEEPSEEK_1X128_128X128, emulate_blockscaled_sm90, launch_blockscaled_sm90,
-    blockscaled_sm90_kernel, instructions={"sm_90a": _SM90_FP8_WGMMA_SS_OR_RS}, sass={"sm_90a": FP8_QGMMA["e4m3"]},
+    blockscaled_sm90_kernel, instructions={"sm_90a": _SM90_FP8_WGMMA}, sass={"sm_90a": FP8_QGMMA["e4m3"]},
     unsupported={"sm_89": WGMMA_ONLY, "sm_100a": WGMMA_ONLY}, pass_configs={"sm_90a": WS_PASS_CONFIGS},
     shape_limit=sm90_shape_limit, tile_check=blockscaled_ws_tile_problem,
     # promoted every 128 K into full fp32, like cuBLAS's blockwise call (which forbids fast

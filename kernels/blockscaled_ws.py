@@ -77,8 +77,6 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
     consumer_warps = consumers * WARPGROUP // 32
     sub_N = min(bN, SUB_N)
     halves = list(range(bN // sub_N))  # a Python list: unrolled at trace time
-    # two halves: A's block is read from shared memory once, into a register fragment both wgmmas use
-    a_in_regs = len(halves) > 1
     nbs = -(-N // SCALE_BLOCK)  # B scale blocks along N
     M4 = -(-M // 4) * 4
     fp8, f32 = "float8_e4m3fn", "float32"
@@ -102,7 +100,7 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
             acc[i, j] += part[i, j] * (sa[i] * sb[h])
 
     @T.macro
-    def consume(A_s, B_s, SFA_s, SFB, C_s, full, empty, C, accs, part, sa, sb, sb_next, a_frag, wg, pid):
+    def consume(A_s, B_s, SFA_s, SFB, C_s, full, empty, C, accs, part, sa, sb, sb_next, wg, pid):
         T.inc_max_nreg(CONSUMER_REGS[consumers])
         lane = T.get_thread_binding() % 32
         gi = T.alloc_var("int32", init=0)
@@ -127,8 +125,6 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                     T.barrier_wait(full[slot], (gi // S) & 1)
                     for i in T.Parallel(rows):  # the warpgroup's row scales of the stage, into registers
                         sa[i] = SFA_s[slot, wg * rows + i]
-                    if a_in_regs:
-                        T.copy(A_s[slot, :, :], a_frag)
                     for h in halves:
                         if consumers == 2:
                             # take turns on the tensor core: wait until the other warpgroup has issued
@@ -140,7 +136,7 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                             else:
                                 if gi > 0:
                                     T.sync_threads(barrier_id=TURN[1], arrive_count=2 * WARPGROUP)
-                        T.wgmma_gemm(a_frag if a_in_regs else A_s[slot, :, :], B_s[h][slot, :, :], part, transpose_B=True,
+                        T.wgmma_gemm(A_s[slot, :, :], B_s[h][slot, :, :], part, transpose_B=True,
                                      policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
                         if consumers == 2:
                             T.named_barrier_arrive(TURN[wg], 2 * WARPGROUP)  # this batch is queued
@@ -183,7 +179,6 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
             sa0 = T.alloc_fragment((rows,), f32)
             sb0 = T.alloc_local((len(halves),), f32)
             sbn0 = T.alloc_local((len(halves),), f32)
-            af0 = T.alloc_fragment((rows, bK), fp8) if a_in_regs else None
             if consumers == 2:
                 A_s1 = T.alloc_shared((S, rows, bK), fp8)
                 C_s1 = T.alloc_shared((rows, bN), "bfloat16")
@@ -192,7 +187,6 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                 sa1 = T.alloc_fragment((rows,), f32)
                 sb1 = T.alloc_local((len(halves),), f32)
                 sbn1 = T.alloc_local((len(halves),), f32)
-                af1 = T.alloc_fragment((rows, bK), fp8) if a_in_regs else None
             # full: all 128 producer threads arrive once the stage's loads are issued (the TMA adds its
             # bytes); empty: lane 0 of every consumer warp arrives once its wgmma of the stage retired
             # and its row scales are in registers
@@ -225,10 +219,10 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                             T.barrier_arrive(full[slot])
                             gi = gi + 1
             elif tx < 2 * WARPGROUP:
-                consume(A_s0, B_s, SFA_s, SFB, C_s0, full, empty, C, accs0, part0, sa0, sb0, sbn0, af0, 0, pid)
+                consume(A_s0, B_s, SFA_s, SFB, C_s0, full, empty, C, accs0, part0, sa0, sb0, sbn0, 0, pid)
             else:
                 if consumers == 2:
-                    consume(A_s1, B_s, SFA_s, SFB, C_s1, full, empty, C, accs1, part1, sa1, sb1, sbn1, af1, 1, pid)
+                    consume(A_s1, B_s, SFA_s, SFB, C_s1, full, empty, C, accs1, part1, sa1, sb1, sbn1, 1, pid)
 
     return main
 
