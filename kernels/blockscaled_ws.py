@@ -94,13 +94,20 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
             sb[h] = SFB[T.min((nb[0] * bN + h * sub_N) // SCALE_BLOCK, nbs - 1), T.min(ki, k_blocks - 1)]
 
     @T.macro
+    def load_a_scales(SFA_s, full, g, wg, sa):
+        # wait for ring position g, then the warpgroup's row scales of its stage, into registers
+        T.barrier_wait(full[g % S], (g // S) & 1)
+        for i in T.Parallel(rows):
+            sa[i] = SFA_s[g % S, wg * rows + i]
+
+    @T.macro
     def promote(acc, part, sa, sb, h):
         T.warpgroup_fence_operand(part, num_regs=regs)
         for i, j in T.Parallel(rows, sub_N):
             acc[i, j] += part[i, j] * (sa[i] * sb[h])
 
     @T.macro
-    def consume(A_s, B_s, SFA_s, SFB, C_s, full, empty, C, accs, part, sa, sb, sb_next, wg, pid):
+    def consume(A_s, B_s, SFA_s, SFB, C_s, full, empty, C, accs, part, sa, sa_next, sb, sb_next, wg, pid):
         T.inc_max_nreg(CONSUMER_REGS[consumers])
         lane = T.get_thread_binding() % 32
         gi = T.alloc_var("int32", init=0)
@@ -114,17 +121,19 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                     T.clear(accs[h])
                 # per K block, each half's wgmma is issued, drained and promoted in turn; while one
                 # consumer warpgroup promotes, the other's wgmma keeps the tensor core busy
+                if w == 0:
+                    # the CTA's first K block; later ones are waited for under the previous wgmma
+                    load_a_scales(SFA_s, full, gi, wg, sa_next)
                 load_b_scales(SFB, 0, nb, sb_next)
                 for ki in T.serial(k_blocks):
-                    # B's scales come from global memory (L2): loaded one K block ahead, so that the
-                    # promotion never waits for them
+                    # the scales were loaded one K block ahead (B's from global memory, A's from the
+                    # stage), so that neither the wgmma issue nor the promotion waits for them
+                    for i in T.Parallel(rows):
+                        sa[i] = sa_next[i]
                     for h in halves:
                         sb[h] = sb_next[h]
                     load_b_scales(SFB, ki + 1, nb, sb_next)
                     slot = gi % S
-                    T.barrier_wait(full[slot], (gi // S) & 1)
-                    for i in T.Parallel(rows):  # the warpgroup's row scales of the stage, into registers
-                        sa[i] = SFA_s[slot, wg * rows + i]
                     for h in halves:
                         if consumers == 2:
                             # take turns on the tensor core: wait until the other warpgroup has issued
@@ -140,6 +149,11 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                                      policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
                         if consumers == 2:
                             T.named_barrier_arrive(TURN[wg], 2 * WARPGROUP)  # this batch is queued
+                        if h == halves[-1]:
+                            # under this wgmma: the next stage (the next tile's first, if this CTA has
+                            # one) and its row scales
+                            if (ki + 1 < k_blocks) | (t + grid < tiles):
+                                load_a_scales(SFA_s, full, gi + 1, wg, sa_next)
                         T.wait_wgmma(0)
                         if h == halves[-1]:
                             if lane == 0:
@@ -177,6 +191,7 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
             accs0 = [T.alloc_fragment((rows, sub_N), f32) for _ in halves]
             part0 = T.alloc_fragment((rows, sub_N), f32)
             sa0 = T.alloc_fragment((rows,), f32)
+            san0 = T.alloc_fragment((rows,), f32)
             sb0 = T.alloc_local((len(halves),), f32)
             sbn0 = T.alloc_local((len(halves),), f32)
             if consumers == 2:
@@ -185,6 +200,7 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                 accs1 = [T.alloc_fragment((rows, sub_N), f32) for _ in halves]
                 part1 = T.alloc_fragment((rows, sub_N), f32)
                 sa1 = T.alloc_fragment((rows,), f32)
+                san1 = T.alloc_fragment((rows,), f32)
                 sb1 = T.alloc_local((len(halves),), f32)
                 sbn1 = T.alloc_local((len(halves),), f32)
             # full: all 128 producer threads arrive once the stage's loads are issued (the TMA adds its
@@ -219,10 +235,10 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
                             T.barrier_arrive(full[slot])
                             gi = gi + 1
             elif tx < 2 * WARPGROUP:
-                consume(A_s0, B_s, SFA_s, SFB, C_s0, full, empty, C, accs0, part0, sa0, sb0, sbn0, 0, pid)
+                consume(A_s0, B_s, SFA_s, SFB, C_s0, full, empty, C, accs0, part0, sa0, san0, sb0, sbn0, 0, pid)
             else:
                 if consumers == 2:
-                    consume(A_s1, B_s, SFA_s, SFB, C_s1, full, empty, C, accs1, part1, sa1, sb1, sbn1, 1, pid)
+                    consume(A_s1, B_s, SFA_s, SFB, C_s1, full, empty, C, accs1, part1, sa1, san1, sb1, sbn1, 1, pid)
 
     return main
 
