@@ -1,23 +1,27 @@
-"""DeepSeek-recipe block-scaled fp8 GEMM for Hopper: warp-specialized, persistent, promotion overlapped.
+"""DeepSeek-recipe block-scaled fp8 GEMM for Hopper: warp-specialized, persistent. ``blockscaled_sm90``'s kernel.
 
 C = Σ_k (A_k · B_kᵀ) ⊙ (SFA_k · SFB_k), A (M,K) and B (N,K) e4m3, SFA one fp32 scale per row per 128 K
-(read M-major, ``SFA_t``), SFB one per 128x128 block, bf16 out. The ``_ws`` tiles of ``blockscaled_sm90``.
+(read M-major, ``SFA_t``), SFB one per 128x128 block of B, bf16 out.
 
 Hopper has no block-scaled MMA, so each 128-wide K block's wgmma writes a fresh fp32 partial sum that
-is scaled and added into the fp32 accumulator ("promotion"). The pipelined kernel waits for every
-wgmma before it promotes, so the tensor core idles while each warpgroup does the FFMAs. Here:
+is scaled and added into the fp32 accumulator ("promotion"). TileLang's own pipelining of ``T.gemm``
+(``blockscaled.blockscaled_g128_kernel``) leaves the tensor core idle while each warpgroup promotes. Here:
 
 - one producer warpgroup (``T.dec_max_nreg``) walks the CTA's tiles and K blocks and TMA-loads A, B and
   the tile's A row scales of the block into a ring of ``num_stages`` stages (*full* / *empty* barriers);
-- one or two consumer warpgroups, 64 output rows each. Per K block a consumer reads its two row scales
-  from the stage into registers and loads the block's B scale(s) from global memory (L2-resident, a
-  few hundred bytes per tile), so nothing it promotes with lives in a stage it has released;
-- ``block_N`` ≤ 128: two partial-sum fragments alternate. The wgmma of block k+1 is issued before the
-  partial of block k is promoted (``T.wait_wgmma(1)``), so the tensor core always has the next batch
-  while the FFMAs run, and the stage of block k is released as soon as its batch retires;
-- ``block_N`` 256: two 128-wide halves, each with its own accumulator and B scale, share one partial
-  (a second one would not fit in the registers: 2x64 + 128 per thread); each half is issued, drained
-  and promoted in turn, and the other consumer warpgroup keeps the tensor core busy meanwhile;
+- one or two consumer warpgroups, 64 output rows each. Per K block (and per 128-column half when
+  block_N is 256: each half has its own accumulator and B scale, and shares the one partial sum)
+  a consumer issues the wgmma into the partial, drains it (``T.wait_wgmma(0)``), releases the stage
+  after its last half, and promotes with FFMAs. The scales never hold the tensor core up: the next
+  stage's row scales are waited for and read into registers under the current block's last wgmma, and
+  B's (from global memory, L2-resident) one K block ahead;
+- two consumer warpgroups take turns issuing (named barriers ``TURN``): each waits until the other has
+  queued its previous batch, so one warpgroup's promotion always runs under the other's wgmma. Left
+  to themselves both would wait on the same stage, issue together, finish together and promote
+  together, with the tensor core idle;
+- why not keep a second partial in flight instead (issue block k+1, then promote block k under
+  ``T.wait_wgmma(1)``): ptxas then serializes every wgmma (C7514, "non wgmma instructions reading
+  accumulator registers ... between start and end of the pipeline stage"), which measured 25% slower;
 - the epilogue casts to bf16, stages the warpgroup's 64 rows in shared memory and TMA-stores them; the
   warpgroup starts its next tile while the store runs. Grid, grouped raster and tile rules are
   ``ws_gemm``'s (persistent: ``min(tiles, SMs)`` CTAs).
@@ -27,6 +31,7 @@ Like ``ws_gemm``, this module must not use ``from __future__ import annotations`
 from kernels.tiles import Tile
 from kernels.ws_gemm import (
     CONSUMER_REGS,
+    H200_SMS,
     PRODUCER_REGS,
     ROWS_PER_CONSUMER,
     WARPGROUP,
@@ -60,7 +65,7 @@ def blockscaled_ws_tile_problem(tile: Tile) -> str | None:
     return ws_tile_problem(tile, smem=blockscaled_ws_smem_bytes(tile))
 
 
-def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | None = None):
+def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
     """TileLang prim_func: A (M,K), B (N,K) e4m3, SFA_t (K/128, M4), SFB (⌈N/128⌉, K/128) fp32, C (M,N) bf16.
 
     The caller (``blockscaled.blockscaled_sm90_kernel``) has checked the shape (K % 128, N % 8)."""
@@ -69,7 +74,7 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int | Non
     if problem := blockscaled_ws_tile_problem(tile):
         raise ValueError(problem)
     bM, bN, bK, S = tile.block_M, tile.block_N, tile.block_K, tile.num_stages
-    shape = ws_shape(M, N, K, tile, smem=blockscaled_ws_smem_bytes(tile), **({"num_sms": num_sms} if num_sms else {}))
+    shape = ws_shape(M, N, K, tile, num_sms, smem=blockscaled_ws_smem_bytes(tile))
     consumers, grid, waves, k_blocks = shape.consumers, shape.grid, shape.waves, shape.k_blocks
     m_blocks, n_blocks, tiles = shape.m_blocks, shape.n_blocks, shape.tiles
     group_M = max(tile.swizzle, 1)
