@@ -17,6 +17,8 @@ Variants:
 - ``blockscaled_sm90`` (DeepSeek recipe) and ``blockscaled_g128`` (generic recipe): Hopper has no
   block-scaled MMA, so per 128-wide K block ``wgmma`` accumulates into a fresh fp32 partial sum that
   is multiplied by SFA·SFB and added to a second fp32 accumulator ("promotion", as in DeepGEMM).
+  ``blockscaled_sm90``'s kernel is warp-specialized by hand (``kernels.blockscaled_ws``, sm_90a only);
+  ``blockscaled_g128``'s is ``T.gemm`` in ``T.Pipelined`` (the seed's form, every target).
 - ``blockscaled_sm100`` (MXFP8): the seed's ``T.gemm_blockscaled``; TileLang 0.1.15 lowers it only
   for sm_100 (``tcgen05.mma ... kind::mxf8f6f4.block_scale``, scales in tensor memory) and sm_120.
 - ``cublas_blockwise_fp8``: ``torch._scaled_mm`` with 1x128 / 128x128 fp32 scales (DeepSeek recipe).

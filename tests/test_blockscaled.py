@@ -218,7 +218,8 @@ def test_calc_diff_gate_on_normal_inputs(name):
 
 # ---- kernel factories and launches -------------------------------------------------------------
 
-@pytest.mark.parametrize("name,tile", [("blockscaled_sm90", "m128n128k128_s3_t256_wrow"),
+@pytest.mark.parametrize("name,tile", [("blockscaled_sm90", "m128n128k128_s3_t384"),
+                                       ("blockscaled_g128", "m128n128k128_s3_t256_wrow"),
                                        ("blockscaled_sm100", "m128n128k128_s1_t128")])
 def test_kernels_require_k_multiple_of_128(name, tile):
     with pytest.raises(Unsupported, match="multiple of 128"):  # the declared shape_limit: a known refusal
@@ -234,8 +235,11 @@ def test_shape_limits_name_the_k_rule():
 
 
 @pytest.mark.parametrize("name,tile,msg", [
-    ("blockscaled_sm90", "m128n128k64_s3_t256", "block_K must be 128"),
-    ("blockscaled_sm90", "m128n192k128_s3_t256", "block_N must be 64, 128 or 256"),
+    ("blockscaled_sm90", "m128n128k64_s3_t384", "block_K must be 128"),
+    ("blockscaled_sm90", "m128n192k128_s3_t384", "block_N must be 64, 128 or 256"),
+    ("blockscaled_sm90", "m128n128k128_s3_t256_wrow", "threads must be 384"),
+    ("blockscaled_g128", "m128n128k64_s3_t256", "block_K must be 128"),
+    ("blockscaled_g128", "m128n192k128_s3_t256", "block_N must be 64, 128 or 256"),
     ("blockscaled_sm100", "m128n128k128_s3_t128", "num_stages must be 1"),
     ("blockscaled_sm100", "m64n128k128_s1_t128", "block_M must be 128"),
 ])
@@ -244,7 +248,7 @@ def test_kernels_reject_tiles_they_cannot_run(name, tile, msg):
         VARIANTS[name].kernel(256, 256, 256, parse_tile(tile))
 
 
-_TILES = {"blockscaled_sm90": "m128n256k128_s3_t256_wrow", "blockscaled_g128": "m128n128k128_s3_t256_wrow",
+_TILES = {"blockscaled_sm90": "m128n256k128_s3_t384_z16", "blockscaled_g128": "m128n128k128_s3_t256_wrow",
           "blockscaled_sm100": "m128n256k128_s1_t128"}
 
 
@@ -314,11 +318,10 @@ def _compile(name: str, tile: str, arch: str, shape=(256, 256, 256), variant=Non
     return build(variant or VARIANTS[name], *shape, parse_tile(tile), arch)  # as the pipeline compiles it
 
 
-@pytest.mark.parametrize("name,tile", [("blockscaled_sm90", "m128n128k128_s2_t256_wrow"),
-                                       ("blockscaled_g128", "m128n128k128_s2_t256_wrow")])
-def test_sm90_kernels_compile_to_fp8_wgmma_with_promotion(name, tile):
-    src = _compile(name, tile, "sm_90a").get_kernel_source()
-    assert re.search(VARIANTS[name].instructions["sm_90a"], src)
+def test_g128_kernel_compiles_to_fp8_wgmma_with_promotion():
+    # blockscaled_sm90's warp-specialized kernel: tests/test_blockscaled_ws.py
+    src = _compile("blockscaled_g128", "m128n128k128_s2_t256_wrow", "sm_90a").get_kernel_source()
+    assert re.search(VARIANTS["blockscaled_g128"].instructions["sm_90a"], src)
     # a fresh partial sum per K block (scale-d 0 on the first wgmma) and a promotion FMA through the scales
     assert "tl::warpgroup_wait<0>()" in src and "SFA_s" in src
 

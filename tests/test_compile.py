@@ -162,7 +162,7 @@ REAL_REFUSALS = {"int4_tma": INT4_TMA, "blockscaled_mma_target": _BLOCKSCALED.fo
 NOT_REFUSALS = {
     "nvcc: unknown arch": RuntimeError(NVCC_ARCH),
     "ptxas: register overflow": RuntimeError(PTXAS_REGISTERS),
-    "a tile that does not fit": ValueError("blockscaled_sm90: block_K must be 128 (the promotion interval), got 64"),
+    "a tile that does not fit": ValueError("blockscaled_g128: block_K must be 128 (the promotion interval), got 64"),
     "the TMA refusal of another dtype": RuntimeError("Check failed: (0) is false: int4x2"),
     # on sm_100a the block-scaled MMA exists: the same text there means the kernel put A, B or C in the
     # wrong scope, a bug
@@ -230,14 +230,14 @@ def test_unknown_target_is_failed_not_unsupported(tmp_path, arch, reason):
 
 
 def test_tile_that_does_not_fit_is_failed_with_its_message(tmp_path, capsys):
-    rec = compile_record(get_variant("blockscaled_sm90"), *SHAPE, parse_tile("m128n128k64_s3_t256"), "sm_90a", tmp_path)
+    rec = compile_record(get_variant("blockscaled_g128"), *SHAPE, parse_tile("m128n128k64_s3_t256"), "sm_90a", tmp_path)
     assert rec["status"] == "failed"
-    assert rec["reason"] == "ValueError: blockscaled_sm90: block_K must be 128 (the promotion interval), got 64"
+    assert rec["reason"] == "ValueError: blockscaled_g128: block_K must be 128 (the promotion interval), got 64"
     assert "Traceback (most recent call last)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("variant,tile,K,words", [
-    ("blockscaled_sm90", "m128n128k128_s3_t128", 200, "must be a multiple of 128"),
+    ("blockscaled_sm90", "m128n128k128_s3_t384", 200, "must be a multiple of 128"),
     ("int4_unpack_s8", "m128n256k128_s3_t256_wrow_z8", 48, "K divisible by 32"),
 ])
 def test_declared_shape_limit_is_unsupported(tmp_path, variant, tile, K, words):

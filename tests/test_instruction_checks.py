@@ -20,7 +20,7 @@ load_all()
 
 SHAPE = (256, 256, 512)
 TARGETS = ("sm_89", "sm_90a", "sm_100a")
-# What is compiled (24 kernels): one source per variant and target, except for variants that share a
+# What is compiled (25 kernels): one source per variant and target, except for variants that share a
 # kernel factory and its instructions with a compiled one (STAND_INS), to keep CI's two cores free
 CORPUS = {
     "fp8_e4m3": TARGETS,
@@ -30,7 +30,8 @@ CORPUS = {
     "int4_unpack_s8_ss": ("sm_90a",),
     "int4_ws": ("sm_90a",),  # wgmma only, like the fp8 warp-specialized kernels
     "int8_tilelang": TARGETS,
-    "blockscaled_sm90": TARGETS,
+    "blockscaled_sm90": ("sm_90a",),  # warp-specialized by hand: wgmma only
+    "blockscaled_g128": TARGETS,
     "blockscaled_sm100": ("sm_100a",),
     "dequant_w4_int4_sym_g128": TARGETS,
     "fp8_e4m3_ws": ("sm_90a",),  # wgmma only: sm_89 and sm_100a are declared unsupported
@@ -38,7 +39,6 @@ CORPUS = {
 }
 STAND_INS = {
     "fp8_e4m3_ws_promoted": "fp8_e4m3_ws",  # a second accumulator; the same fp8 wgmma
-    "blockscaled_g128": "blockscaled_sm90",  # b_scale="row" instead of "block"; the same T.gemm
     "dequant_w4_uint4_zp_g128": "dequant_w4_int4_sym_g128",  # another weight decode; the same bf16 wgmma
     "dequant_w4_e2m1_g32": "dequant_w4_int4_sym_g128",
     "dequant_w4_mxfp4": "dequant_w4_int4_sym_g128",
@@ -130,7 +130,7 @@ def test_fallbacks_named_in_issue_9_fail(sources):
     for other in ("dequant_w4_int4_sym_g128", "int8_tilelang", "fp8_e5m2"):
         assert not re.search(fp8["sm_100a"], sources[other, "sm_100a"]), other
     # the block-scaled kernels' sm_89 check wants fp8 operands, not int8 ones
-    assert not re.search(VARIANTS["blockscaled_sm90"].instructions["sm_89"], sources["int8_tilelang", "sm_89"])
+    assert not re.search(VARIANTS["blockscaled_g128"].instructions["sm_89"], sources["int8_tilelang", "sm_89"])
 
 
 # ---- the SASS checks, on real cubins --------------------------------------------------------------

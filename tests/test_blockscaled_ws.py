@@ -1,0 +1,107 @@
+"""blockscaled_sm90's warp-specialized kernel (kernels/blockscaled_ws.py): its tile and shape rules, and
+what the cross-compiled kernel contains (no GPU needed). Its numerics are blockscaled_sm90's emulation
+(tests/test_blockscaled.py), which the GPU run compares the kernel with."""
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from harness.compile import compile_record
+from kernels import blockscaled_ws as bw
+from kernels.registry import Unsupported, get_variant, tile_problem
+from kernels.tiles import parse_tile
+from kernels.ws_gemm import CONSUMER_REGS, HOPPER_SMEM_BYTES, PRODUCER_REGS
+
+V = get_variant("blockscaled_sm90")
+SHAPE = (256, 512, 1024)
+
+
+@pytest.mark.parametrize("tile,problem", [
+    ("m128n256k64_s3_t384", "block_K must be 128"),
+    ("m128n192k128_s3_t384", "block_N must be 64, 128 or 256"),
+    ("m128n256k128_s3_t384_p1", "no _p"),
+    ("m64n64k128_s8_t256_swapab", "no _swapab"),
+    ("m128n256k128_s4_t384", "shared memory"),
+    ("m128n256k128_s3_t256", "threads must be 384"),
+    ("m256n128k128_s3_t384", "block_M must be 64 or 128"),
+    ("m128n128k128_s1_t384", "at least 2 stages"),
+])
+def test_tiles_the_kernel_cannot_take_are_refused(tile, problem):
+    assert problem in tile_problem(V, parse_tile(tile))
+
+
+def test_shared_memory_counts_the_ring_with_its_row_scales_and_the_output_block():
+    t = parse_tile("m128n256k128_s3_t384_z16")
+    ring, scales, out = 3 * (128 + 256) * 128, 3 * 128 * 4, 128 * 256 * 2
+    assert bw.blockscaled_ws_smem_bytes(t) == ring + scales + out <= HOPPER_SMEM_BYTES
+    assert tile_problem(V, t) is None
+    assert bw.blockscaled_ws_smem_bytes(parse_tile("m128n256k128_s4_t384")) > HOPPER_SMEM_BYTES
+
+
+def test_the_tma_store_needs_n_divisible_by_8():
+    assert V.shape_limit(256, 512, 1024) is None
+    assert "N divisible by 8" in V.shape_limit(256, 516, 1024)
+    with pytest.raises(Unsupported, match="N divisible by 8"):
+        V.kernel(256, 516, 1024, parse_tile("m128n128k128_s3_t384"))
+
+
+def _compiled(tile: str, shape=SHAPE):
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = compile_record(V, *shape, parse_tile(tile), "sm_90a", Path(tmp))
+        return rec, (Path(tmp) / "kernel.cu").read_text(), (Path(tmp) / "kernel.sass").read_text()
+
+
+@pytest.fixture(scope="module")
+def two_halves():
+    return _compiled("m128n256k128_s3_t384_z16")
+
+
+@pytest.fixture(scope="module")
+def one_consumer():
+    return _compiled("m64n64k128_s8_t256")
+
+
+def _check_common(rec, src, sass, tile, wgmma_n):
+    assert rec["status"] == "ok", rec.get("reason")
+    assert rec["smem_dynamic_bytes"] == bw.blockscaled_ws_smem_bytes(parse_tile(tile))
+    assert rec["sass_local_loads"] == rec["sass_local_stores"] == 0
+    assert set(rec["sass_mma"]) == {f"QGMMA.64x{wgmma_n}x32.F32.E4M3.E4M3"}
+    # A and B from the ring, a fresh partial per K block, drained before its promotion
+    assert f"wgmma_ss<tl::DataType::kFloat8_e4m3, tl::DataType::kFloat8_e4m3, tl::DataType::kFloat32, 64, {wgmma_n}" in src
+    assert "wait_wgmma<0>" in src and "wait_wgmma<1>" not in src
+    # ptxas kept each batch's four wgmma k-steps in flight: one warpgroup wait per batch, not per k-step
+    # (the serialization a partial read under wait_group 1 caused, C7514)
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") * 4 <= len(re.findall(r"\bQGMMA\b", sass))
+    assert "tma_store" in src and "SFA_t_desc" in src  # A's row scales come through the TMA ring
+    assert f"warpgroup_reg_dealloc<{PRODUCER_REGS}>" in src
+
+
+@pytest.mark.compile
+def test_two_consumers_take_turns_and_promote_both_halves(two_halves):
+    rec, src, sass = two_halves
+    _check_common(rec, src, sass, "m128n256k128_s3_t384_z16", 128)
+    assert f"warpgroup_reg_alloc<{CONSUMER_REGS[2]}>" in src
+    # full: the 128 producer threads; empty: lane 0 of each of the 8 consumer warps
+    assert "full[0].init(128);" in src and "empty[0].init(8);" in src and "full[3].init" not in src
+    # the turn-taking named barriers, for both warpgroups
+    for bar in bw.TURN:
+        assert f"__named_barrier_arrive({bar}, 256)" in src and f"__sync_thread_partial({bar}, 256)" in src
+    # promotion: acc += partial · (sa · sb), one FFMA per element (64 per thread per half, two halves, two
+    # consumer warpgroups)
+    assert len(re.findall(r"\bFFMA\b", sass)) >= 2 * 2 * 64
+
+
+@pytest.mark.compile
+def test_one_consumer_needs_no_turns(one_consumer):
+    rec, src, sass = one_consumer
+    _check_common(rec, src, sass, "m64n64k128_s8_t256", 64)
+    assert f"warpgroup_reg_alloc<{CONSUMER_REGS[1]}>" in src and "empty[0].init(4);" in src
+    assert "__named_barrier_arrive" not in src
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_89", "sm_100a"])
+def test_blockscaled_sm90_is_declared_unsupported_without_wgmma(tmp_path, arch):
+    rec = compile_record(V, *SHAPE, parse_tile("m128n256k128_s3_t384_z16"), arch, tmp_path)
+    assert rec["status"] == "unsupported" and "wgmma" in rec["reason"]
