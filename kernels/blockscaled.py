@@ -242,8 +242,8 @@ def sm90_shape_limit(M: int, N: int, K: int) -> str | None:
 
 
 def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile):
-    """The DeepSeek-recipe kernel for Hopper: warp-specialized and persistent, the promotion of block k
-    overlapped with the wgmma of block k+1 (``kernels.blockscaled_ws``)."""
+    """The DeepSeek-recipe kernel for Hopper: warp-specialized and persistent, one consumer warpgroup's
+    promotion overlapped with the other's wgmma (``kernels.blockscaled_ws``)."""
     _require_shape(M, N, K, BLOCKSCALED_SM90.name, sm90_shape_limit)  # registered below
     return blockscaled_ws_kernel(M, N, K, tile)
 
@@ -497,12 +497,12 @@ CUBLAS_NOT_SUPPORTED = (r"CUBLAS_STATUS_NOT_SUPPORTED", "cuBLASLt has no blockwi
 
 # instruction and operand dtypes, so that a fallback fails the compile step's check
 _SM90_FP8_WGMMA = r"wgmma_ss<tl::DataType::kFloat8_e4m3, tl::DataType::kFloat8_e4m3, tl::DataType::kFloat32"
-# off sm_90a the same kernel lowers T.gemm to fp8 mma.sync (no wgmma there; sm_100a's tcgen05 needs C in
+# off sm_90a blockscaled_g128's kernel lowers T.gemm to fp8 mma.sync (no wgmma there; sm_100a's tcgen05 needs C in
 # tensor memory), which is what this pattern records
 _FP8_MMA_SYNC = r"mma_sync<tl::DataType::kFloat8_e4m3, tl::DataType::kFloat8_e4m3, tl::DataType::kFloat32"
-_SM90_KERNEL_INSTRUCTIONS = {"sm_90a": _SM90_FP8_WGMMA, "sm_89": _FP8_MMA_SYNC, "sm_100a": _FP8_MMA_SYNC}
+_G128_KERNEL_INSTRUCTIONS = {"sm_90a": _SM90_FP8_WGMMA, "sm_89": _FP8_MMA_SYNC, "sm_100a": _FP8_MMA_SYNC}
 # in the SASS: as for the fp8 family (kernels/fp8.py), fp16 HMMA on sm_100a (no fp8 mma.sync there)
-_SM90_KERNEL_SASS = {"sm_90a": FP8_QGMMA["e4m3"], "sm_89": FP8_QMMA["e4m3"], "sm_100a": FP8_AS_F16_HMMA}
+_G128_KERNEL_SASS = {"sm_90a": FP8_QGMMA["e4m3"], "sm_89": FP8_QMMA["e4m3"], "sm_100a": FP8_AS_F16_HMMA}
 # the template names A's dtype only (B's is in the instruction descriptor it is passed)
 _SM100_BLOCKSCALED_MMA = r"tcgen05mma_blockscaled_ss<tl::DataType::kFloat8_e4m3"
 # tcgen05's fp8 MMA; its kind (mxf8f6f4.block_scale) is in the instruction descriptor, not the opcode
@@ -565,7 +565,7 @@ BLOCKSCALED_SM90 = _register_kernel(
 )
 BLOCKSCALED_G128 = _register_kernel(
     "blockscaled_g128", GENERIC_G128, partial(emulate_blockscaled_g128, g=PROMOTION_K), launch_blockscaled_g128,
-    blockscaled_g128_kernel, instructions=_SM90_KERNEL_INSTRUCTIONS, sass=_SM90_KERNEL_SASS,
+    blockscaled_g128_kernel, instructions=_G128_KERNEL_INSTRUCTIONS, sass=_G128_KERNEL_SASS,
     baseline=CUBLAS_BLOCKWISE_FP8.name,  # cuBLAS has no per-row B scales: the DeepSeek recipe is the nearest peer
     second_baseline=CUBLAS_FP8_E4M3.name,
     description="TileLang seed-form fp8 GEMM, per-row-per-128-K scales for both operands, promoted every "
