@@ -28,6 +28,7 @@ is scaled and added into the fp32 accumulator ("promotion"). TileLang's own pipe
 
 Like ``ws_gemm``, this module must not use ``from __future__ import annotations``.
 """
+from kernels.formats import ceil_div, round_up
 from kernels.tiles import Tile
 from kernels.ws_gemm import (
     CONSUMER_REGS,
@@ -82,8 +83,8 @@ def blockscaled_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H20
     consumer_warps = consumers * WARPGROUP // 32
     sub_N = min(bN, SUB_N)
     halves = list(range(bN // sub_N))  # a Python list: unrolled at trace time
-    nbs = -(-N // SCALE_BLOCK)  # B scale blocks along N
-    M4 = -(-M // 4) * 4
+    nbs = ceil_div(N, SCALE_BLOCK)  # B scale blocks along N
+    M4 = round_up(M, 4)  # SFA_t's padded rows
     fp8, f32 = "float8_e4m3fn", "float32"
     regs = rows * sub_N // WARPGROUP
 
