@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import sass
-from kernels.registry import Unsupported, Variant
+from kernels.registry import Unsupported, Variant, pass_configs_for
 from kernels.tiles import Tile
 
 # instruction classes looked for in the generated CUDA source, most specific first
@@ -97,7 +97,7 @@ def build(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: str):
             prim,
             out_idx=list(variant.out_idx),
             target=target_dict(arch),
-            pass_configs=variant.pass_configs.get(arch) or None,
+            pass_configs=pass_configs_for(variant, arch, tile),
         )
     except Exception as e:
         if rule := known_refusal(e):

@@ -120,6 +120,29 @@ def roofline(points: pd.DataFrame, roofs: pd.DataFrame, title: str) -> plt.Figur
     return fig
 
 
+def weight_bandwidth(rows: pd.DataFrame, roofs: pd.DataFrame, title: str) -> plt.Figure:
+    """Bytes of the weight (with its scales) per second, per shape and variant of the W4A16 family and
+    its peers, against the HBM bandwidth (datasheet, solid) and the measured copy bandwidth (dashed):
+    at decode sizes the weight stream is the whole cost, so the distance to the line is what is left."""
+    if rows.empty:
+        return message(f"{title}: no timed W4A16 rows in this set")
+    order = sorted(rows["shape"].unique(), key=_shape_key)
+    fig, ax = plt.subplots(figsize=(15, 4.8))
+    sns.barplot(data=rows, x="shape", y="weight_TBps", hue="variant", order=order, ax=ax, errorbar=None,
+                palette="tab10")
+    for kind, ls in (("physical", "-"), ("measured", "--")):
+        lim = roofs[(roofs["kind"] == kind) & (roofs["precision"] == "memory")]
+        if len(lim):
+            ax.axhline(lim["value"].iloc[0], color="#222", lw=1.4, ls=ls,
+                       label=f"{'HBM (datasheet)' if kind == 'physical' else 'copy (measured)'}: {lim['value'].iloc[0]:.2f} TB/s")
+    ax.set_xlabel("")
+    ax.set_ylabel("weight TB/s (packed codes + scales)")
+    ax.tick_params(axis="x", rotation=30, labelsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.set_title(title)
+    return fig
+
+
 def accuracy(acc: pd.DataFrame, title: str) -> plt.Figure:
     """Total vs kernel error per variant and distribution; tolerance ticks; failures marked."""
     long = acc.melt(id_vars=["variant", "dist", "failed"], value_vars=["total_rel_fro", "kernel_rel_fro"],

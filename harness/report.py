@@ -218,8 +218,8 @@ def variants_section(this: dict, variants: Mapping[str, Variant]) -> str:
             "baseline is reported beside it, never instead of it.</p>" + table(pd.DataFrame(rows)))
 
 
-def _untimed(name: str, figs: Figures) -> str:
-    return f"<h2>{name.capitalize()}</h2>" + figs.embed(figures.message(
+def _untimed(name: str, figs: Figures, heading: str | None = None) -> str:
+    return f"<h2>{heading or name.capitalize()}</h2>" + figs.embed(figures.message(
         "no timed rows: this host has no GPU and no published GPU result set is configured"), name)
 
 
@@ -255,6 +255,27 @@ def roofline_section(t: Timed | None, figs: Figures) -> str:
     return (f"<h2>Roofline — {html.escape(t.label)}</h2>"
             + figs.embed(figures.roofline(pts, t.roofs, f"{t.label}: roofline"), "roofline")
             + table(t.roofs, fmt={"value": "{:.4g}"}))
+
+
+WEIGHT_COLUMNS = ["dist", "shape", "variant", "tile", "time_ms_median", "weight_TBps", "pct_of_hbm", "timed_kernels"]
+
+
+def weight_bandwidth_section(t: Timed | None, peers: Peers, figs: Figures) -> str:
+    """The W4A16 (dequant) rows and their peers: time and the weight's bytes per second beside the HBM line."""
+    if t is None:
+        return _untimed("weight_bandwidth", figs, "Weight bandwidth (W4A16)")
+    best = t.best[t.best["dist"] == t.dist0]
+    rows = tables.panels(best, peers.peers_of(), peers.family_of)
+    rows = rows[rows["panel"] == "dequant"].assign(pct_of_hbm=lambda d: 100 * d["weight_TBps"] / d["hbm_TBps"])
+    return ("<h2>Weight bandwidth (W4A16) — " + html.escape(t.label) + "</h2>"
+            + figs.embed(figures.weight_bandwidth(rows, t.roofs, f"{t.label}: weight bytes per second, fastest tile "
+                                                  f"({t.dist0} inputs)"), "weight_bandwidth")
+            + "<p><code>weight_TBps</code>: bytes of the stored weight with its scales (and zeros) over the median "
+              "time; <code>pct_of_hbm</code>: of the datasheet HBM bandwidth. The L2 cache is flushed before every "
+              "repetition, so the packed weight (34 MB at 8192x8192, which would fit in the 50 MB L2) is read from "
+              "HBM each time, like the bf16 weight it replaces.</p>"
+            + table(rows[[c for c in WEIGHT_COLUMNS if c in rows]].sort_values(["shape", "variant"]),
+                    fmt=THR | {"pct_of_hbm": "{:.1f}"}))
 
 
 def accuracy_section(this: dict, acc: pd.DataFrame, figs: Figures) -> str:
@@ -347,6 +368,7 @@ def render_report(result_dir: str | Path, label: str, limits: Mapping[str, dict 
                 throughput_section(t, peers, figs),
                 speedup_section(t, figs),
                 roofline_section(t, figs),
+                weight_bandwidth_section(t, peers, figs),
                 accuracy_section(this, acc, figs),
                 compile_section(this, figs),
                 profiles_section([(result_dir, this["label"]), *references]),

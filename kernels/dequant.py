@@ -346,6 +346,19 @@ def check_tile(fmt: W4Format, K: int, tile: Tile) -> None:
         raise ValueError(f"tile {tile.name} does not fit {fmt.name}: " + "; ".join(problems))
 
 
+# Decode tiles (block_M <= 64 rows of A) are built without TileLang's warp specialization: with it the
+# one consumer warpgroup gets setmaxnreg 240, so a CTA (plus its producer warpgroup) takes a whole SM's
+# registers and one CTA runs per SM with nothing to hide its latency. Without it every thread loads,
+# decodes and multiplies in about 124 registers, and up to four CTAs share an SM (H200, notes/issue-17.md:
+# 16x28672x8192 117 -> 67 µs). Prefill tiles keep it: without it 4096x8192x8192 took 1234 µs, not 784.
+DECODE_MAX_BLOCK_M = 64
+
+
+def dequant_pass_configs(tile: Tile) -> dict:
+    """The sm_90a pass configs of a dequant_<format> tile: the decode form (block_M <= 64) or the prefill form."""
+    return {"tl.disable_warp_specialized": True} if tile.block_M <= DECODE_MAX_BLOCK_M else {}
+
+
 def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     """TileLang W4A16 GEMM, weight-as-left-operand: Cᵀ tile (block_N x block_M) = Ŵ tile · A tileᵀ.
 
@@ -454,7 +467,7 @@ def _register(tilelang_name: str, torch_name: str, fmt: W4Format) -> W4Format:
         reads=("A", "B", "scales", "zeros") if fmt.has_zeros else ("A", "B", "scales"), description=f"A bf16; weight {fmt.description}",
     ))
     emulate = partial(emulate_dequant_w4, fmt=fmt)
-    torch_variant = register_variant(Variant(
+    register_variant(Variant(
         name=torch_name, family="dequant", input_format=fmt.name, emulate=emulate,
         launch=partial(launch_torch_dequant_matmul_w4, fmt=fmt), baseline=CUBLAS_BF16.name,
         description=f"torch ops decode the {fmt.name} weight to bf16 (bf16_rn(value·scale)), then torch.matmul",
@@ -462,16 +475,103 @@ def _register(tilelang_name: str, torch_name: str, fmt: W4Format) -> W4Format:
     register_variant(Variant(
         name=tilelang_name, family="dequant", input_format=fmt.name, emulate=emulate,
         launch=partial(launch_dequant_w4, fmt=fmt), prepare=partial(prepare_dequant_w4, fmt=fmt),
-        kernel=partial(dequant_w4_kernel, fmt=fmt), out_idx=(4,),
+        kernel=partial(dequant_w4_kernel, fmt=fmt), out_idx=(4,), pass_configs={"sm_90a": dequant_pass_configs},
         # bf16 wgmma accumulates in full fp32 like cuBLAS's bf16 GEMM: the unquantized GEMM is the
-        # matched peer; torch's decode-then-matmul of the same weight is the second column
-        baseline=CUBLAS_BF16.name, second_baseline=torch_variant.name,
+        # matched peer; torch's own W4A16 kernel (tinygemm, on its own int4 format) is the second column
+        baseline=CUBLAS_BF16.name, second_baseline=TINYGEMM.name,
         instructions={"sm_90a": WGMMA_RS_BF16, "sm_89": MMA_SYNC_BF16, "sm_100a": MMA_SYNC_BF16},
         sass={"sm_90a": HGMMA_BF16, "sm_89": HMMA_BF16, "sm_100a": HMMA_BF16},
         description=f"TileLang W4A16 ({fmt.name}): packed weight decoded in registers straight into the "
         "wgmma_rs A operand (Cᵀ = Ŵ·Aᵀ), bf16_rn(value·scale), fp32 accumulation, bf16 out",
     ))
     return fmt
+
+
+# ---------------------------------------------------------------------------------------------
+# tinygemm: torch's own W4A16 kernel (``torch._weight_int4pack_mm``, bf16 only), the library peer of
+# the family. It has its own format, as torch defines it: unsigned codes q in [0, 15] per 128 K with a
+# bf16 scale s and a bf16 *value* zero z (not an integer code): w = (q - 8)·s + z. Its stored operands
+# are tinygemm's inputs before its layout change: the codes packed two per byte, element 2i in the
+# *high* nibble (the byte order ``torch._convert_weight_to_int4pack`` takes), and ``scale_and_zero``
+# (K/128, N, 2) bf16. The layout change to tinygemm's tiles runs on the GPU in ``prepare``, untimed.
+TINYGEMM_GROUP = 128
+TINYGEMM_INNER_K_TILES = 8  # K tiles of 16 per packed row chunk (2, 4 or 8); 8 is torchao's default
+TINYGEMM_FORMAT = "w4_tinygemm_g128"
+
+
+def quantize_tinygemm_weight(B: torch.Tensor) -> Operands:
+    """Asymmetric min/max quantization per 128 K, tinygemm's convention -> {"B", "scale_and_zero"}.
+
+    s = (max - min)/15 (bf16, ``amax_scale``), z = bf16(min + 8·s) the value of code 8, then each
+    weight takes the nearest code of the *stored* s and z: q = clamp(round((w - z)/s) + 8, 0, 15)."""
+    check_operand(B, TINYGEMM_FORMAT, "B (the weight)")
+    if B.ndim != 2 or B.shape[1] % TINYGEMM_GROUP:
+        raise ValueError(f"{TINYGEMM_FORMAT}: the weight must be 2-D with K a multiple of {TINYGEMM_GROUP}, "
+                         f"got shape {tuple(B.shape)}")
+    N, K = B.shape
+    packed, sz = [], []
+    for r0 in range(0, N, _QUANT_ROWS):
+        Bg = B[r0:r0 + _QUANT_ROWS].float().reshape(-1, K // TINYGEMM_GROUP, TINYGEMM_GROUP)
+        lo, hi = Bg.amin(-1), Bg.amax(-1)
+        scale = amax_scale(hi - lo, 15, torch.bfloat16)
+        zero = (lo + 8 * scale.float()).to(torch.bfloat16)
+        q = (torch.round((Bg - zero.float()[..., None]) / scale.float()[..., None]) + 8).clamp(0, 15)
+        q = q.reshape(Bg.shape[0], K).to(torch.uint8)
+        packed.append((q[:, 0::2] << 4) | q[:, 1::2])
+        sz.append(torch.stack([scale, zero], -1))
+    return {"B": torch.cat(packed), "scale_and_zero": torch.cat(sz).transpose(0, 1).contiguous()}
+
+
+def tinygemm_weight(ops: Operands) -> torch.Tensor:
+    """Exact real weight (q - 8)·s + z in float64, (N, K)."""
+    B = ops["B"]
+    q = torch.stack([B >> 4, B & 15], -1).reshape(B.shape[0], -1).double()  # element 2i is the high nibble
+    s, z = (_per_element(ops["scale_and_zero"][..., i], TINYGEMM_GROUP).double() for i in (0, 1))
+    return (q - 8) * s + z
+
+
+def _quantize_tinygemm(A: torch.Tensor, B: torch.Tensor) -> Operands:
+    check_operand(A, TINYGEMM_FORMAT, "A (the activation)")
+    return {"A": A.to(torch.bfloat16).contiguous(), **quantize_tinygemm_weight(B)}
+
+
+def emulate_tinygemm(ops: Operands) -> torch.Tensor:
+    """tinygemm's arithmetic on the CPU: bf16 weights bf16_rn((q - 8)·s + z) (one fma), fp32 accumulation,
+    one bf16 rounding of the output (checked against torch's CPU ``_weight_int4pack_mm_for_cpu`` in the tests)."""
+    return (ops["A"].float() @ tinygemm_weight(ops).to(torch.bfloat16).float().T).to(torch.bfloat16)
+
+
+def prepare_tinygemm(ops: Operands) -> Operands:
+    """tinygemm's tiled layout of the packed codes, made on the GPU (untimed)."""
+    return {"B_int4pack": torch._convert_weight_to_int4pack(ops["B"], TINYGEMM_INNER_K_TILES)}
+
+
+def launch_tinygemm(kernel, ops: Operands) -> torch.Tensor:
+    return torch._weight_int4pack_mm(ops["A"], ops["B_int4pack"], TINYGEMM_GROUP, ops["scale_and_zero"])
+
+
+def tinygemm_shape_limit(M: int, N: int, K: int) -> str | None:
+    """torch's checks: K in whole 16-wide K tiles of ``TINYGEMM_INNER_K_TILES`` (and whole groups), N in 8-row tiles."""
+    problems = []
+    if K % (16 * TINYGEMM_INNER_K_TILES) or K % TINYGEMM_GROUP:
+        problems.append(f"K={K} must be a multiple of {max(16 * TINYGEMM_INNER_K_TILES, TINYGEMM_GROUP)}")
+    if N % 8:
+        problems.append(f"N={N} must be a multiple of 8")
+    return "tinygemm: " + "; ".join(problems) if problems else None
+
+
+register_format(Format(
+    name=TINYGEMM_FORMAT, quantize=_quantize_tinygemm, dequantize=lambda ops: (ops["A"].double(), tinygemm_weight(ops)),
+    reads=("A", "B", "scale_and_zero"),
+    description="A bf16; weight as tinygemm defines it: uint4 codes q (element 2i in the high nibble), bf16 scale "
+    "(max-min)/15 and bf16 zero value per 128 K, w = (q - 8)·s + z; scale_and_zero (K/128, N, 2)",
+))
+TINYGEMM = register_variant(Variant(
+    name="tinygemm_w4_g128", family="dequant", input_format=TINYGEMM_FORMAT, emulate=emulate_tinygemm,
+    launch=launch_tinygemm, prepare=prepare_tinygemm, baseline=CUBLAS_BF16.name, min_cc=80,
+    shape_limit=tinygemm_shape_limit,
+    description="torch._weight_int4pack_mm (tinygemm): torch's W4A16 kernel, int4 g128 with scale and zero, bf16",
+))
 
 
 # name -> W4Format, each registered with its two variants (the format's description names its layout)

@@ -60,8 +60,9 @@ class Variant:
     sass: dict[str, str] = field(default_factory=dict)
     # arch -> reason the variant cannot build there (recorded as unsupported, not attempted)
     unsupported: dict[str, str] = field(default_factory=dict)
-    # TileLang pass configs per arch, e.g. disabling warp specialization
-    pass_configs: dict[str, dict] = field(default_factory=dict)
+    # TileLang pass configs per arch, e.g. disabling warp specialization: a dict, or a function of the
+    # tile (a kernels.tiles.Tile) giving one, when the tile selects the kernel's form
+    pass_configs: dict[str, dict | Callable[[object], dict]] = field(default_factory=dict)
     # integer GEMMs: operands -> int64 reference the output must equal bit for bit
     exact_reference: Callable[[Operands], torch.Tensor] | None = None
     # output -> float64 in the units of A·Bᵀ (e.g. an int32 product times s_a·s_b); None: as is
@@ -139,6 +140,14 @@ def tile_problem(variant: Variant, tile) -> str | None:
     if tile.promote or tile.swap_ab:
         return f"{variant.name}'s kernel takes plain tiles only: no _p<n> (promotion) and no _swapab"
     return None
+
+
+def pass_configs_for(variant: Variant, arch: str, tile) -> dict | None:
+    """The TileLang pass configs ``variant`` compiles ``tile`` with for ``arch`` (None: TileLang's defaults)."""
+    configs = variant.pass_configs.get(arch)
+    if callable(configs):
+        configs = configs(tile)
+    return configs or None
 
 
 def get_format(name: str) -> Format:

@@ -14,7 +14,7 @@ from harness import tables  # noqa: E402
 
 pytestmark = pytest.mark.workflow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FIGURES = ["headline", "throughput", "speedup", "roofline", "accuracy", "compile_matrix", "comparison"]
+FIGURES = ["headline", "throughput", "speedup", "roofline", "weight_bandwidth", "accuracy", "compile_matrix", "comparison"]
 
 
 def render_dom(html_file, tmp_path) -> str:

@@ -281,7 +281,7 @@ def gpu_resource(name):
     return lambda wc: gpu_resources(wc.platform)[name]
 
 
-FIGURES = ["headline", "throughput", "speedup", "roofline", "accuracy", "compile_matrix", "comparison"]
+FIGURES = ["headline", "throughput", "speedup", "roofline", "weight_bandwidth", "accuracy", "compile_matrix", "comparison"]
 
 wildcard_constraints:
     platform="[a-z0-9]+",
