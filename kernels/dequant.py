@@ -248,7 +248,7 @@ DQ_FN void dq_load16(const uint8_t* p, uint32_t w[4]) {
 // Fragment (the layout annotated on the TileLang side): thread tid holds rows
 // r_h = 16*(tid/32) + (tid%32)/4 + 8h and, for every 8-wide K chunk c, the pair k = 8c + 2t, 8c + 2t + 1
 // (t = tid%4) -- that pair is byte 4c + t of the row, i.e. byte t of 32-bit word c -- as frag[2c + h].
-template <int KIND, int BK, int GROUP, int BN>
+template <int KIND, int BK, int GROUP, int BN, int SWIZZLE = 0>
 DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scales_, const void* zeros_, int tid) {
   static_assert(BK % 32 == 0, "BK must be a multiple of 32 (16-byte row loads)");
   static_assert(BK % GROUP == 0 || GROUP % BK == 0, "BK and GROUP must divide one another");
@@ -284,7 +284,8 @@ DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scal
 #pragma unroll
     for (int q = 0; q < BK / 32; ++q) {
       uint32_t w[4];
-      dq_load16(rowp + 16 * q, w);
+      // SWIZZLE: the shared tile holds chunk q of row r at chunk q ^ (r % 8) (see packed_layout)
+      dq_load16(rowp + 16 * (SWIZZLE ? (q ^ (row & 7)) : q), w);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c = 4 * q + i;
@@ -359,6 +360,23 @@ def dequant_pass_configs(tile: Tile) -> dict:
     return {"tl.disable_warp_specialized": True} if tile.block_M <= DECODE_MAX_BLOCK_M else {}
 
 
+def swizzled_packed_tile(tile: Tile) -> bool:
+    """Whether the packed weight tile is stored swizzled in shared memory: decode tiles with whole
+    128-byte groups of chunks per row (block_K a multiple of 256)."""
+    return tile.block_M <= DECODE_MAX_BLOCK_M and tile.block_K % 256 == 0
+
+
+def packed_layout(rows: int, block_K: int):
+    """Shared layout of a (rows, block_K/2) packed tile: 16-byte chunk q of row r at chunk q ^ (r % 8).
+
+    The decoder's 8 rows per warp read the same chunk index at once; rows are block_K/2 bytes apart
+    (a multiple of 128), so unswizzled they fall on the same banks (measured 6.9-way conflicts); with
+    the XOR the 8 rows hit 8 different 16-byte bank groups."""
+    import tilelang.language as T
+
+    return T.Layout((rows, block_K // 2), lambda i, j: [i, ((j // 16) ^ (i % 8)) * 16 + j % 16])
+
+
 def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     """TileLang W4A16 GEMM, weight-as-left-operand: Cᵀ tile (block_N x block_M) = Ŵ tile · A tileᵀ.
 
@@ -377,7 +395,8 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     bM, bN, bK, G = tile.block_M, tile.block_N, tile.block_K, fmt.group
     groups_per_block = max(bK // G, 1)
     scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
-    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}>"
+    swizzle = swizzled_packed_tile(tile)
+    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {int(swizzle)}>"
     zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
 
     @T.prim_func
@@ -402,7 +421,7 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
             # rejects the kernel if T.gemm wanted another), the shared tiles to row-major.
             layouts = {
                 W_frag: T.Fragment((bN, bK), forward_thread_fn=fragment_thread, forward_index_fn=fragment_index),
-                B_shared: make_linear_layout(B_shared),
+                B_shared: packed_layout(bN, bK) if swizzle else make_linear_layout(B_shared),
                 S_shared: make_linear_layout(S_shared),
             }
             if fmt.has_zeros:

@@ -176,10 +176,12 @@ def test_check_tile_rejects_misfits():
 
 # ---------------------------------------------------------------- the CUDA decoder on the host
 
-# (KIND, BK, GROUP, BN): one and two warpgroups, one or several groups per K block
+# (KIND, BK, GROUP, BN, SWIZZLE): one and two warpgroups, one or several groups per K block, the plain
+# and the swizzled packed tile (decode tiles, block_K a multiple of 256)
 DECODER_CONFIGS = [
-    (0, 64, 128, 128), (0, 256, 128, 64), (1, 256, 128, 128), (1, 64, 128, 64),
-    (2, 64, 32, 128), (2, 32, 32, 64), (3, 128, 32, 128), (3, 32, 32, 64),
+    (0, 64, 128, 128, 0), (0, 256, 128, 64, 0), (1, 256, 128, 128, 0), (1, 64, 128, 64, 0),
+    (2, 64, 32, 128, 0), (2, 32, 32, 64, 0), (3, 128, 32, 128, 0), (3, 32, 32, 64, 0),
+    (0, 512, 128, 64, 1), (1, 256, 128, 64, 1), (2, 256, 32, 64, 1), (3, 512, 32, 64, 1),
 ]
 KIND_FORMAT = {f.kind: f for f in dq.W4_FORMATS.values()}
 
@@ -208,7 +210,7 @@ static uint32_t dq_host_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
   return r;
 }
 @DECODER@
-template <int KIND, int BK, int G, int BN>
+template <int KIND, int BK, int G, int BN, int SW>
 static int run() {
   constexpr int SG = BK >= G ? BK / G : 1;
   static uint8_t packed[BN * BK / 2], scales[SG * BN * 2], zeros[SG * BN * 2];
@@ -217,7 +219,7 @@ static int run() {
       fread(zeros, 1, SG * BN * 2, stdin) != (size_t)(SG * BN * 2)) return 2;
   for (int tid = 0; tid < 2 * BN; ++tid) {
     uint32_t frag[BK / 4];
-    dq_decode_fragment<KIND, BK, G, BN>(frag, packed, scales, zeros, tid);
+    dq_decode_fragment<KIND, BK, G, BN, SW>(frag, packed, scales, zeros, tid);
     fwrite(frag, 4, BK / 4, stdout);
   }
   return 0;
@@ -236,8 +238,8 @@ def host_decoder(tmp_path_factory):
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("g++ not available: the CUDA decoder cannot be run on the host")
-    cases = "\n".join(f"    case {i}: return run<{k}, {bk}, {g}, {bn}>();"
-                      for i, (k, bk, g, bn) in enumerate(DECODER_CONFIGS))
+    cases = "\n".join(f"    case {i}: return run<{k}, {bk}, {g}, {bn}, {sw}>();"
+                      for i, (k, bk, g, bn, sw) in enumerate(DECODER_CONFIGS))
     src = HOST_HARNESS.replace("@DECODER@", dq.DECODE_CUDA_SOURCE).replace("@CASES@", cases)
     d = tmp_path_factory.mktemp("decoder")
     (d / "harness.cpp").write_text(src)
@@ -245,10 +247,29 @@ def host_decoder(tmp_path_factory):
     return d / "harness"
 
 
+def swizzled(packed: torch.Tensor) -> torch.Tensor:
+    """The tile laid out by ``packed_layout``: element (i, j) at (i, layout(i, j)), evaluated on the host."""
+    rows, cols = packed.shape
+    i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    phys = ((j // 16) ^ (i % 8)) * 16 + j % 16  # the formula of packed_layout, checked against it below
+    out = torch.empty_like(packed)
+    out[torch.from_numpy(i), torch.from_numpy(phys)] = packed
+    return out
+
+
+def test_packed_layout_is_the_swizzle_the_decoder_reads():
+    layout = dq.packed_layout(16, 512)
+    for i, j in [(0, 0), (1, 0), (3, 17), (7, 255), (9, 130), (15, 200)]:
+        got = [int(x) for x in layout.map_forward_index([i, j])]
+        assert got == [i, ((j // 16) ^ (i % 8)) * 16 + j % 16]
+    # a permutation of each row (no two elements share a byte)
+    assert sorted(((j // 16) ^ 5) * 16 + j % 16 for j in range(256)) == list(range(256))
+
+
 @pytest.mark.parametrize("cfg", range(len(DECODER_CONFIGS)))
 def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
     """Every thread's fragment, placed by the layout annotated on the kernel, equals bf16_rn(value·scale)."""
-    kind, BK, G, BN = DECODER_CONFIGS[cfg]
+    kind, BK, G, BN, swizzle = DECODER_CONFIGS[cfg]
     fmt = KIND_FORMAT[kind]
     SG = max(BK // G, 1)
     gen = torch.Generator().manual_seed(100 + cfg)
@@ -260,7 +281,8 @@ def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
         scales = torch.exp(torch.randn(SG, BN, generator=gen)).to(torch.bfloat16)
         sbytes = scales.view(torch.int16).numpy().tobytes()
     zeros = torch.randint(0, 16, (SG, BN), generator=gen).to(torch.bfloat16)
-    stdin = packed.numpy().tobytes() + sbytes + zeros.view(torch.int16).numpy().tobytes()
+    stored = swizzled(packed) if swizzle else packed  # the shared tile as kernels.dequant.packed_layout stores it
+    stdin = stored.numpy().tobytes() + sbytes + zeros.view(torch.int16).numpy().tobytes()
     proc = subprocess.run([str(host_decoder), str(cfg)], input=stdin, capture_output=True, check=True)
     frags = np.frombuffer(proc.stdout, dtype=np.uint16).reshape(2 * BN, BK // 2)
 
@@ -288,7 +310,7 @@ def test_compile_decode_form_sm90a(name):
     src = _compile(name, "m16n64k128_s2_t128_wrow", M=1)
     assert re.search(VARIANTS[f"dequant_{name}"].instructions["sm_90a"], src)
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 16, 16,", src)  # m64n16k16: 16 rows of A
-    assert f"dq_decode_fragment<{dq.W4_FORMATS[name].kind}, 128, {dq.W4_FORMATS[name].group}, 64>" in src
+    assert f"dq_decode_fragment<{dq.W4_FORMATS[name].kind}, 128, {dq.W4_FORMATS[name].group}, 64, 0>" in src
     assert "wgmma_ss" not in src and "mma_sync" not in src
 
 
@@ -307,10 +329,105 @@ def test_compile_other_targets_use_bf16_mma_sync(arch):
     """No wgmma there: the same kernel builds with mma.sync (same per-warp A fragment layout)."""
     v = VARIANTS["dequant_w4_int4_sym_g128"]
     src = _compile("w4_int4_sym_g128", "m16n64k128_s2_t128_wrow", M=1, arch=arch)
-    assert "dq_decode_fragment<0, 128, 128, 64>" in src
+    assert "dq_decode_fragment<0, 128, 128, 64, 0>" in src
     assert re.search(v.instructions[arch], src) and "wgmma" not in src
 
 
 def test_decoder_source_names_no_matrix_instruction():
     # harness.compile classifies a kernel by searching its whole source, imported code included
     assert not re.search(r"wgmma|mma|tcgen05", dq.DECODE_CUDA_SOURCE)
+
+
+# ---------------------------------------------------------------- the decode and prefill forms
+
+
+def test_decode_tiles_drop_tilelang_warp_specialization():
+    from kernels.registry import pass_configs_for
+
+    v = VARIANTS["dequant_w4_int4_sym_g128"]
+    assert pass_configs_for(v, "sm_90a", parse_tile("m16n64k512_s2_t128_wrow")) == {"tl.disable_warp_specialized": True}
+    assert pass_configs_for(v, "sm_90a", parse_tile("m64n64k256_s4_t128_wrow")) == {"tl.disable_warp_specialized": True}
+    assert pass_configs_for(v, "sm_90a", parse_tile("m256n128k64_s4_t256_wrow_z8")) is None  # TileLang's defaults
+    assert pass_configs_for(v, "sm_89", parse_tile("m16n64k512_s2_t128_wrow")) is None
+    assert dq.swizzled_packed_tile(parse_tile("m16n64k512_s2_t128_wrow"))
+    assert not dq.swizzled_packed_tile(parse_tile("m16n64k128_s2_t128_wrow"))  # 64-byte rows: no whole 128-byte group
+    assert not dq.swizzled_packed_tile(parse_tile("m256n128k256_s2_t256_wrow"))  # prefill: TMA copies a linear tile
+
+
+@pytest.mark.compile
+def test_compile_decode_form_with_swizzled_tile_sm90a():
+    """block_K 512 at M=1: no producer warpgroup (no setmaxnreg), the packed tile stored swizzled, the
+    decoder told so."""
+    src = _compile("w4_int4_sym_g128", "m8n64k512_s2_t128_wrow", M=1, N=128, K=1024)
+    assert "dq_decode_fragment<0, 512, 128, 64, 1>" in src
+    assert "setmaxnreg" not in src
+    assert re.search(r"\^ \(\(\(int\)threadIdx\.x\) >> 4\)\) \* 16", src)  # chunk ^ row: the swizzled copy
+    assert re.search(dq.WGMMA_RS_BF16 + r", 64, 8, 16,", src)
+
+
+# ---------------------------------------------------------------- tinygemm, the library peer
+
+
+def _tinygemm_ops(M=8, N=64, K=512, seed=3):
+    A, B = _inputs(M, N, K, seed)
+    return A, B, FORMATS[dq.TINYGEMM_FORMAT].quantize(A, B)
+
+
+def test_tinygemm_format_layout_and_values():
+    A, B, ops = _tinygemm_ops()
+    assert ops["B"].dtype == torch.uint8 and ops["B"].shape == (64, 256)
+    assert ops["scale_and_zero"].dtype == torch.bfloat16 and ops["scale_and_zero"].shape == (4, 64, 2)
+    q = torch.stack([ops["B"] >> 4, ops["B"] & 15], -1).reshape(64, 512)
+    assert int(q.min()) >= 0 and int(q.max()) <= 15
+    s, z = ops["scale_and_zero"][..., 0].float(), ops["scale_and_zero"][..., 1].float()
+    w = dq.tinygemm_weight(ops)
+    # element 2i in the high nibble: the first weight of row 0 is (q0 - 8)·s + z with q0 = B[0, 0] >> 4
+    assert w[0, 0].item() == ((int(ops["B"][0, 0]) >> 4) - 8) * s[0, 0].item() + z[0, 0].item()
+    assert w[0, 1].item() == ((int(ops["B"][0, 0]) & 15) - 8) * s[0, 0].item() + z[0, 0].item()
+    # the nearest code of the stored scale and zero: half a step, plus what a clamped end code loses to
+    # the bf16 roundings of s and z (z is a value, rounded to bf16 relative to its own size)
+    err = (w - B.double()).abs()
+    step = s.T.repeat_interleave(dq.TINYGEMM_GROUP, 1).double()
+    zero = z.T.repeat_interleave(dq.TINYGEMM_GROUP, 1).double().abs()
+    assert bool((err <= 0.55 * step + 2 ** -8 * zero).all())
+    assert 0.05 < rel_fro(w, B) < 0.115
+    assert FORMATS[dq.TINYGEMM_FORMAT].dequantize(ops)[1].dtype == torch.float64
+
+
+def test_tinygemm_emulation_matches_torchs_cpu_tinygemm():
+    """torch ships a CPU tinygemm (``_weight_int4pack_mm_for_cpu``) with the same format: the emulation
+    agrees with it to bf16 roundings (of the weights, which it may not round, and of the output), measured
+    against the size of the products (|A|·|W|ᵀ): about 1e-3; a wrong nibble order or zero would be O(1)."""
+    A, B, ops = _tinygemm_ops(M=5, N=64, K=384)
+    q = torch.stack([ops["B"] >> 4, ops["B"] & 15], -1).reshape(64, 384).int()
+    packed = torch._convert_weight_to_int4pack_for_cpu(q, 2)
+    ref = torch._weight_int4pack_mm_for_cpu(ops["A"], packed, dq.TINYGEMM_GROUP, ops["scale_and_zero"]).float()
+    got = VARIANTS["tinygemm_w4_g128"].emulate(ops).float()
+    assert got.dtype == torch.float32 and got.shape == (5, 64)
+    magnitude = ops["A"].float().abs() @ dq.tinygemm_weight(ops).float().abs().T
+    assert bool(((got - ref).abs() <= 2 ** -8 * magnitude).all())
+    exact = A.to(torch.bfloat16).double() @ dq.tinygemm_weight(ops).T
+    assert rel_fro(got, exact) < 4e-3  # bf16 weights and output, fp32 sums
+
+
+def test_tinygemm_refuses_bad_weights_and_shapes():
+    with pytest.raises(ValueError, match="w4_tinygemm_g128.*multiple of 128"):
+        dq.quantize_tinygemm_weight(torch.zeros(8, 200))
+    with pytest.raises(ValueError, match="w4_tinygemm_g128"):
+        dq.quantize_tinygemm_weight(torch.full((8, 128), float("nan")))
+    assert dq.tinygemm_shape_limit(16, 8192, 8192) is None
+    assert "K=200" in dq.tinygemm_shape_limit(1, 64, 200)
+    assert "N=60" in dq.tinygemm_shape_limit(1, 60, 256)
+    v = VARIANTS["tinygemm_w4_g128"]
+    assert v.kernel is None and v.baseline == "cublas_bf16" and v.min_cc == 80
+    for name in FORMAT_NAMES:  # the second column of every W4A16 kernel
+        assert VARIANTS[f"dequant_{name}"].second_baseline == v.name
+
+
+def test_tinygemm_zero_group_is_exact():
+    B = torch.zeros(4, 256)
+    B[1, :128] = torch.linspace(-2, 3, 128)
+    ops = dq.quantize_tinygemm_weight(B)
+    w = dq.tinygemm_weight(ops)
+    assert not w[0].any() and not w[1, 128:].any() and bool(torch.isfinite(w).all())
+    assert w[1, :128].min() == pytest.approx(-2, abs=0.2) and w[1, :128].max() == pytest.approx(3, abs=0.2)
