@@ -29,6 +29,15 @@ waits at every K block (``T.gemm``). An overlapped schedule (double-buffered fra
 their last use in program order, before a later ``T.wait_wgmma``, so the activation tile would
 need a private copy, and with that copy ptxas serialized the wgmmas anyway (warning C7514).
 
+Two forms, chosen by the tile (``dequant_pass_configs``): decode tiles (block_M <= 64) are built
+without TileLang's warp specialization, so every thread loads (cp.async), decodes and multiplies in
+~124-250 registers and several CTAs share an SM; with block_K a multiple of 256 their packed tile is
+stored swizzled in shared memory (``packed_layout``) against the decoder's bank conflicts. Prefill tiles
+keep TileLang's producer warpgroup and TMA loads.
+
+The library peer is tinygemm (``torch._weight_int4pack_mm``) on its own format ``w4_tinygemm_g128``
+(below); the unquantized bf16 GEMM is the matched peer.
+
 Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow``;
 the warps must lie along the weight rows (``_wrow``). K must be a multiple of block_K, and block_K a
 multiple or a divisor of the group. TileLang evaluates a prim_func's annotations with the factory's
@@ -350,8 +359,8 @@ def check_tile(fmt: W4Format, K: int, tile: Tile) -> None:
 # Decode tiles (block_M <= 64 rows of A) are built without TileLang's warp specialization: with it the
 # one consumer warpgroup gets setmaxnreg 240, so a CTA (plus its producer warpgroup) takes a whole SM's
 # registers and one CTA runs per SM with nothing to hide its latency. Without it every thread loads,
-# decodes and multiplies in about 124 registers, and up to four CTAs share an SM (H200, notes/issue-17.md:
-# 16x28672x8192 117 -> 67 µs). Prefill tiles keep it: without it 4096x8192x8192 took 1234 µs, not 784.
+# decodes and multiplies in what it needs (124 registers at block_K 256: four CTAs per SM; 219-251 at
+# 512: two), H200, notes/issue-17.md: 16x28672x8192 117 -> 67 µs. Prefill tiles keep it: without it 4096x8192x8192 took 1234 µs, not 784.
 DECODE_MAX_BLOCK_M = 64
 
 
@@ -566,17 +575,14 @@ def prepare_tinygemm(ops: Operands) -> Operands:
 
 
 def launch_tinygemm(kernel, ops: Operands) -> torch.Tensor:
-    return torch._weight_int4pack_mm(ops["A"], ops["B_int4pack"], TINYGEMM_GROUP, ops["scale_and_zero"])
+    A, scale_and_zero = ops["A"], ops["scale_and_zero"]  # the stored operands first, then prepare's tiles
+    return torch._weight_int4pack_mm(A, ops["B_int4pack"], TINYGEMM_GROUP, scale_and_zero)
 
 
 def tinygemm_shape_limit(M: int, N: int, K: int) -> str | None:
-    """torch's checks: K in whole 16-wide K tiles of ``TINYGEMM_INNER_K_TILES`` (and whole groups), N in 8-row tiles."""
-    problems = []
-    if K % (16 * TINYGEMM_INNER_K_TILES) or K % TINYGEMM_GROUP:
-        problems.append(f"K={K} must be a multiple of {max(16 * TINYGEMM_INNER_K_TILES, TINYGEMM_GROUP)}")
-    if N % 8:
-        problems.append(f"N={N} must be a multiple of 8")
-    return "tinygemm: " + "; ".join(problems) if problems else None
+    """torch's check on N (whole 8-row tiles). K must be whole groups of 128 (which are also whole K tiles
+    of 16 x ``TINYGEMM_INNER_K_TILES``): the format itself refuses any other K when it quantizes."""
+    return f"tinygemm: N={N} must be a multiple of 8" if N % 8 else None
 
 
 register_format(Format(
