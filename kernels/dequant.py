@@ -88,20 +88,21 @@ class W4Format:
         return self.codes == "uint4_zp"
 
 
-def _check_weight(B: torch.Tensor, fmt: W4Format) -> None:
+def _check_weight(B: torch.Tensor, name: str, group: int) -> None:
+    """The weight of format ``name``: a 2-D floating-point tensor of finite values, K whole groups."""
     if not isinstance(B, torch.Tensor) or B.ndim != 2 or not B.is_floating_point():
-        raise TypeError(f"{fmt.name}: the weight must be a 2-D floating-point tensor, got "
+        raise TypeError(f"{name}: the weight must be a 2-D floating-point tensor, got "
                         f"{getattr(B, 'dtype', type(B).__name__)} {tuple(getattr(B, 'shape', ()))}")
-    check_operand(B, fmt.name, "B (the weight)")
-    if B.shape[1] % fmt.group:
-        raise ValueError(f"{fmt.name}: K={B.shape[1]} must be a multiple of the group size {fmt.group}")
+    check_operand(B, name, "B (the weight)")
+    if B.shape[1] % group:
+        raise ValueError(f"{name}: K={B.shape[1]} must be a multiple of {group} (the group size)")
 
 
-def _check_activation(A: torch.Tensor, fmt: W4Format) -> None:
+def _check_activation(A: torch.Tensor, name: str) -> None:
     # A is only rounded to bf16, but a NaN/Inf there would pass silently into every output row
     if not isinstance(A, torch.Tensor) or A.ndim != 2:
-        raise TypeError(f"{fmt.name}: the activation A must be a 2-D tensor, got {tuple(getattr(A, 'shape', ()))}")
-    check_operand(A, fmt.name, "A (the activation)")
+        raise TypeError(f"{name}: the activation A must be a 2-D tensor, got {tuple(getattr(A, 'shape', ()))}")
+    check_operand(A, name, "A (the activation)")
 
 
 def _quantize_rows(Bg: torch.Tensor, fmt: W4Format) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -129,7 +130,7 @@ def _quantize_rows(Bg: torch.Tensor, fmt: W4Format) -> tuple[torch.Tensor, torch
 
 def quantize_weight(B: torch.Tensor, fmt: W4Format) -> Operands:
     """Deterministic group quantization of the weight B (N, K) -> {"B", "scales"[, "zeros"]}."""
-    _check_weight(B, fmt)
+    _check_weight(B, fmt.name, fmt.group)
     N, K = B.shape
     packed, scales, zeros = [], [], []
     for r0 in range(0, N, _QUANT_ROWS):
@@ -145,7 +146,7 @@ def quantize_weight(B: torch.Tensor, fmt: W4Format) -> Operands:
 
 
 def _quantize(A: torch.Tensor, B: torch.Tensor, fmt: W4Format) -> Operands:
-    _check_activation(A, fmt)
+    _check_activation(A, fmt.name)
     return {"A": A.to(torch.bfloat16).contiguous(), **quantize_weight(B, fmt)}
 
 
@@ -364,15 +365,20 @@ def check_tile(fmt: W4Format, K: int, tile: Tile) -> None:
 DECODE_MAX_BLOCK_M = 64
 
 
+def decode_form(tile: Tile) -> bool:
+    """Whether ``tile`` builds the decode form (block_M <= 64) rather than the warp-specialized prefill form."""
+    return tile.block_M <= DECODE_MAX_BLOCK_M
+
+
 def dequant_pass_configs(tile: Tile) -> dict:
-    """The sm_90a pass configs of a dequant_<format> tile: the decode form (block_M <= 64) or the prefill form."""
-    return {"tl.disable_warp_specialized": True} if tile.block_M <= DECODE_MAX_BLOCK_M else {}
+    """The sm_90a pass configs of a dequant_<format> tile: the decode form or the prefill form."""
+    return {"tl.disable_warp_specialized": True} if decode_form(tile) else {}
 
 
 def swizzled_packed_tile(tile: Tile) -> bool:
     """Whether the packed weight tile is stored swizzled in shared memory: decode tiles with whole
     128-byte groups of chunks per row (block_K a multiple of 256)."""
-    return tile.block_M <= DECODE_MAX_BLOCK_M and tile.block_K % 256 == 0
+    return decode_form(tile) and tile.block_K % 256 == 0
 
 
 def packed_layout(rows: int, block_K: int):
@@ -532,10 +538,7 @@ def quantize_tinygemm_weight(B: torch.Tensor) -> Operands:
 
     s = (max - min)/15 (bf16, ``amax_scale``), z = bf16(min + 8·s) the value of code 8, then each
     weight takes the nearest code of the *stored* s and z: q = clamp(round((w - z)/s) + 8, 0, 15)."""
-    check_operand(B, TINYGEMM_FORMAT, "B (the weight)")
-    if B.ndim != 2 or B.shape[1] % TINYGEMM_GROUP:
-        raise ValueError(f"{TINYGEMM_FORMAT}: the weight must be 2-D with K a multiple of {TINYGEMM_GROUP}, "
-                         f"got shape {tuple(B.shape)}")
+    _check_weight(B, TINYGEMM_FORMAT, TINYGEMM_GROUP)
     N, K = B.shape
     packed, sz = [], []
     for r0 in range(0, N, _QUANT_ROWS):
@@ -559,7 +562,7 @@ def tinygemm_weight(ops: Operands) -> torch.Tensor:
 
 
 def _quantize_tinygemm(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    check_operand(A, TINYGEMM_FORMAT, "A (the activation)")
+    _check_activation(A, TINYGEMM_FORMAT)
     return {"A": A.to(torch.bfloat16).contiguous(), **quantize_tinygemm_weight(B)}
 
 
