@@ -60,8 +60,14 @@ def test_the_cpu_default_pipeline_through_slurm_gives_the_local_tidy_table(slurm
     before = {j["id"] for j in slurm_jobs(slurm_cluster)}
     proc = slurm_snakemake(slurm_cluster, remote)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    ran_on = {j["node"] for j in slurm_jobs(slurm_cluster) if j["id"] not in before}
+    jobs = [j for j in slurm_jobs(slurm_cluster) if j["id"] not in before]
+    ran_on = {j["node"] for j in jobs}
     assert ran_on and ran_on <= {"cpu1", "cpu2"}, ran_on  # CPU jobs only, on the CPU partition
+    # compiles went several to a submission (the profile's group-components); the plugin's comment is
+    # rule_<group>_ followed by the group's rules
+    compiles = [j["comment"].removeprefix("rule_cpu_compile") for j in jobs if j["comment"].startswith("rule_cpu_compile_")]
+    assert compiles and max(c.count("_compile_") for c in compiles) >= 2, [j["comment"] for j in jobs]
+    assert any(j["comment"].startswith("rule_cpu_emulate_") for j in jobs), [j["comment"] for j in jobs]
     volatile = ["date", "node"]
     a, b = (pd.read_csv(w / "results/cpu/tidy.csv").drop(columns=volatile) for w in (local, remote))
     assert len(a) > 100 and set(a["target"]) == {"cpu"}
@@ -104,11 +110,15 @@ def test_a_job_on_the_wrong_gpu_fails_naming_the_config_key(slurm_cluster, tmp_p
     assert not (wf / "results/h100/cublas_bf16/normal/64x128x128.json").exists()
 
 
-def test_the_slurm_profile_groups_every_catalogue_platform():
+def test_the_slurm_profile_batches_every_group_the_rules_name():
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     groups = {g.split("=")[0] for g in profile["group-components"]}
     platforms = yaml.safe_load((REPO / "config.yaml").read_text())["platforms"]
-    assert groups == {f"gpu_{p}" for p in platforms}
+    # every group a rule names (gpu_{platform} once per catalogue platform), and no other
+    named = {m for f in (REPO / "workflow/rules").glob("*.smk")
+             for m in re.findall(r'^\s+group:\s*\n\s+"([^"]+)"', f.read_text(), re.M)}
+    assert {"gpu_{platform}", "cpu_compile", "cpu_emulate"} <= named, named
+    assert groups == {g for n in named for g in ([n.format(platform=p) for p in platforms] if "{" in n else [n])}
     assert "gpu=local" in profile["set-resource-scopes"] and "gpu=1" in profile["resources"]
 
 

@@ -140,7 +140,10 @@ def validate_config(cfg):
             raise WorkflowError(f"invalid config:\n  variants.{name}: target {target} has no instruction check "
                                 f"({source_file}.py Variant.sass and Variant.instructions) and no declared unsupported reason")
     check_targets(cfg)
-    check_shapes_fit_formats(cfg)
+    # the costly check (it quantizes): a job re-parsing this file on a node reads the config its
+    # planner already checked
+    if getattr(workflow, "is_main_process", True):
+        check_shapes_fit_formats(cfg)
     cfg.setdefault("tilelang_cache", ".cache/tilelang")
 
 

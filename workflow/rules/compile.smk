@@ -5,6 +5,9 @@
 #                            classes, when the variant's tiles are given per class); a GPU
 #                            platform's run jobs need exactly these of their own arch, which they then
 #                            load from the TileLang cache (a CPU node or a login node can build them).
+# Both are of the group cpu_compile, so that on a cluster (profiles/slurm: group-components) a few of
+# them share one submission instead of each paying a scheduler round trip and two parses of this
+# workflow; run locally, groups are ignored.
 # A known refusal (declared arch or shape rule, TileLang's refusal of a dtype there) is recorded as
 # unsupported; any other error as failed, with its reason (harness/compile.py).
 
@@ -24,6 +27,8 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             # (target, tile, shapes) and the folder of its kernels, in the order of records
             jobs=check_compile_jobs(_variant),
             artifact_dirs=[f"results/compile/{_variant}/artifacts/{t}/{tile}" for t, tile, _ in check_compile_jobs(_variant)],
+        group:
+            "cpu_compile"
         conda:
             "../../envs/gpu.yaml"
         log:
@@ -43,6 +48,8 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             variant=impl(_variant).name,
             jobs=lambda wc, v=_variant: [(wc.target, wc.tile, sweep_shapes(v, wc.target, wc.tile))],
             artifact_dirs=lambda wc, output: [output.artifacts],
+        group:
+            "cpu_compile"
         conda:
             "../../envs/gpu.yaml"
         log:

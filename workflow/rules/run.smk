@@ -8,6 +8,7 @@
 # Every param and resource is a function of the {platform} wildcard and the config, never of the host
 # that planned the run. GPU jobs of one platform share the group gpu_<platform>: on a cluster
 # (profiles/slurm) they run one after another in one allocation, and different platforms at once.
+# Emulation jobs share the group cpu_emulate, which the profile batches a few to a submission.
 
 
 for _variant in RUN_VARIANTS:
@@ -45,6 +46,8 @@ for _variant in RUN_VARIANTS:
             platform="cpu",
         params:
             **run_params(_variant, "cpu"),
+        group:
+            "cpu_emulate"
         conda:
             "../../envs/gpu.yaml"
         log:
