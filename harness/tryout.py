@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from harness import compile as kcompile
+from harness.plan import load_config
 from kernels.registry import get_format, get_variant, tile_problem
 from kernels.tiles import parse_shape, parse_tile
 
@@ -34,12 +35,9 @@ def _compile(job: tuple[str, str, str, str]) -> dict:
                                     "sass_local_loads", "sass_local_stores", "smem_dynamic_bytes")} | {"shape": shape}
 
 
-def _tolerances(names) -> dict[str, dict]:
-    """Each variant's tolerances from the repository's config.yaml (none: every finite result passes)."""
-    import yaml
-    cfg = REPO / "config.yaml"
-    entries = (yaml.safe_load(cfg.read_text()).get("variants") or {}) if cfg.exists() else {}
-    return {n: (entries.get(n) or {}).get("tolerance", {}) for n in names}
+def _tolerances(config: dict, names) -> dict[str, dict]:
+    """Each variant's tolerances in the config (none for a variant it does not run: every finite result passes)."""
+    return {n: config["variants"].get(n, {}).get("tolerance", {}) for n in names}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -49,7 +47,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="a TileLang variant and its tiles (repeatable)")
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--dist", default="normal")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", default=str(REPO / "config.yaml"),
+                   help="the pipeline config whose seed and tolerances apply (validated as the pipeline does)")
+    p.add_argument("--seed", type=int, help="input seed (default: the config's, so inputs equal the pipeline's)")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--compile-only", action="store_true")
@@ -71,33 +71,36 @@ def main(argv: list[str] | None = None) -> int:
             if problem := tile_problem(v, parse_tile(t)):
                 raise SystemExit(f"--variant {name}: {problem}")
         plan[name] = tiles
+    # the config a timed try takes its seed and tolerances from, refused before anything compiles
+    config = None if args.compile_only else load_config(args.config)
     jobs = [(n, s, t, args.arch) for n, ts in plan.items() for s in shapes for t in ts]
     with ProcessPoolExecutor(max(1, min(args.jobs, len(jobs)))) as pool:
         compiled = list(pool.map(_compile, jobs))
     rows = compiled
     if not args.compile_only:
-        rows = _run(plan, shapes, compiled, args)
+        rows = _run(plan, shapes, compiled, args, config)
     _print(rows, args.compile_only)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     return 0
 
 
-def _run(plan: dict[str, list[str]], shapes: list[str], compiled: list[dict], args) -> list[dict]:
+def _run(plan: dict[str, list[str]], shapes: list[str], compiled: list[dict], args, config: dict) -> list[dict]:
     import torch
 
     from harness.inputs import make_operands
     from harness.runner import run_gpu
     if not torch.cuda.is_available():
         raise SystemExit("no GPU here: --compile-only checks the builds on any host; timing needs the GPU")
+    seed = config["seed"] if args.seed is None else args.seed
     status = {(r["variant"], r["shape"], r["tile"]): (r["status"], r["reason"] or "") for r in compiled}
     peers = {b for n in plan for b in (get_variant(n).baseline, get_variant(n).second_baseline) if b}
     names = [*sorted(peers), *plan]
-    tolerance = _tolerances(names)
+    tolerance = _tolerances(config, names)
     rows = []
     for shape in shapes:
         M, N, K = parse_shape(shape)
-        A, B = make_operands(args.dist, M, N, K, args.seed)
+        A, B = make_operands(args.dist, M, N, K, seed)
         here = []
         for name in names:
             v = get_variant(name)

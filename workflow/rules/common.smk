@@ -1,13 +1,13 @@
-# Helpers shared by every stage: config validation, platforms, output enumeration. Everything a job
-# needs is a function of the config and its wildcards; only run_on's `auto` looks at the planning host.
+# Helpers shared by every stage. Config validation and planning (platforms, shapes, tiles, outputs) are
+# plain Python in harness/plan.py; here they meet Snakemake: its errors become WorkflowErrors, and what
+# needs the workflow (code inputs, report items, the profile rule's host check) is added. Everything a
+# job needs is a function of the config and its wildcards; only run_on's `auto` looks at the planning host.
+import contextlib
 import json
-import math
 import os
 import sys
 from pathlib import Path
 
-import jsonschema
-import yaml
 from snakemake.exceptions import WorkflowError
 
 REPO = Path(workflow.basedir)
@@ -16,248 +16,54 @@ sys.path.insert(0, str(REPO))
 
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
+from harness.plan import ConfigError, Plan, UnplannedTarget, kind, sweep_record, validate  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
-from kernels.registry import FAMILY_MODULES, FORMATS, VARIANTS, load_all  # noqa: E402
-from kernels.tiles import LIBRARY, parse_shape, parse_tile, shape_class  # noqa: E402
-
-load_all()
+from kernels.registry import FAMILY_MODULES, FORMATS  # noqa: E402
 
 
-def _strict_types():
-    """JSON Schema counts 1.0 as an integer and NaN or Inf as numbers; here an integer is an int (so
-    `seed: 1.0`, which would seed other inputs than `seed: 1`, is refused) and a number is finite."""
-    def integer(_, x):
-        return isinstance(x, int) and not isinstance(x, bool)
-
-    def number(_, x):
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-    base = jsonschema.Draft202012Validator
-    checker = base.TYPE_CHECKER.redefine_many({"integer": integer, "number": number})
-    return jsonschema.validators.extend(base, type_checker=checker)
-
-
-def check_overrides(overrides, where=()):
-    """An override (--configfile, --config) merges into config.yaml key by key, so an empty mapping in it
-    changes nothing: refuse it instead of silently running the default."""
-    for key, value in overrides.items():
-        path = (*where, str(key))
-        if isinstance(value, dict):
-            if not value:
-                raise WorkflowError(f"invalid config:\n  {'.'.join(path)}: an empty mapping in an override "
-                                    "(--configfile/--config) merges into config.yaml and changes nothing; to drop "
-                                    "a variant, set it to null (variants: {fp8_e5m2: null})")
-            check_overrides(value, path)
-
-
-def drop_nulled_variants(cfg):
-    """`variants: {name: null}` in an override removes that entry (a merge cannot delete keys)."""
-    if isinstance(cfg.get("variants"), dict):
-        cfg["variants"] = {k: v for k, v in cfg["variants"].items() if v is not None}
-
-
-def nvcc_archs():
-    """(path, real archs sm_XX) of the nvcc on PATH; None without one (the schema's list then rules)."""
-    import shutil
-    import subprocess
-
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        return None
+@contextlib.contextmanager
+def config_errors():
+    """The planning module's errors (harness/plan.py) reach the user as WorkflowErrors."""
     try:
-        out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (nvcc, set(out.split())) if out.split() else None
+        yield
+    except (ConfigError, UnplannedTarget) as e:
+        raise WorkflowError(str(e)) from None
 
 
-def check_targets(cfg):
-    found = nvcc_archs()
-    if found is None:
-        return
-    nvcc, archs = found
-    for i, target in enumerate(cfg["targets"]):
-        if target.removesuffix("a") not in archs:
-            raise WorkflowError(f"invalid config:\n  targets.{i}: {target} is not an arch of {nvcc} "
-                                f"(--list-gpu-code: {', '.join(sorted(archs))})")
-
-
-def _schema_message(error):
-    if error.validator == "type" and isinstance(error.instance, float):
-        if error.validator_value == "integer" and error.instance.is_integer():
-            return f"{error.instance!r} is not an integer (write {int(error.instance)})"
-        if not math.isfinite(error.instance):
-            return f"{error.instance!r} is not a finite number"
-    return error.message
-
-
-def validate_config(cfg):
-    """Schema first, then what a schema cannot know; every message names the offending key."""
-    from kernels.registry import tile_problem, unchecked_targets
-
-    check_overrides(workflow.config_settings.overwrite_config or {})
-    drop_nulled_variants(cfg)
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-    validator = _strict_types()(schema, format_checker=jsonschema.FormatChecker())
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.path))
-    if errors:
-        lines = [f"  {'.'.join(str(p) for p in e.path) or '(top level)'}: {_schema_message(e)}" for e in errors]
-        raise WorkflowError("invalid config:\n" + "\n".join(lines))
-    class_names = check_shape_classes(cfg)
-    for name, vcfg in cfg["variants"].items():
-        impl = vcfg.get("uses", name)
-        if impl not in VARIANTS:
-            key = f"variants.{name}.uses" if "uses" in vcfg else f"variants.{name}"
-            raise WorkflowError(f"invalid config:\n  {key}: unknown variant {impl!r}; known: {', '.join(sorted(VARIANTS))}")
-        tiles = vcfg.get("tiles", {})
-        if VARIANTS[impl].kernel is None and tiles:
-            raise WorkflowError(f"invalid config:\n  variants.{name}.tiles: {name} is a library baseline and takes no tiles")
-        if VARIANTS[impl].kernel is not None and not tiles:
-            raise WorkflowError(f"invalid config:\n  variants.{name}.tiles: a TileLang variant needs at least one tile")
-        for target, names in tiles.items():
-            key = f"variants.{name}.tiles.{target}"
-            if target != "default" and target not in cfg["targets"]:
-                raise WorkflowError(f"invalid config:\n  {key}: not one of targets {cfg['targets']}")
-            if isinstance(names, dict):  # per shape class: every class, and only classes
-                missing, unknown = sorted(set(class_names) - set(names)), sorted(set(names) - set(class_names))
-                if missing or unknown:
-                    raise WorkflowError(f"invalid config:\n  {key}: tiles per shape class must name every class of "
-                                        f"shape_classes {class_names}" + (f"; missing {missing}" if missing else "")
-                                        + (f"; unknown {unknown}" if unknown else ""))
-            for cls, t in ([(c, t) for c, ts in names.items() for t in ts] if isinstance(names, dict) else
-                           [(None, t) for t in names]):
-                where = f"{key}.{cls}" if cls else key
-                try:
-                    problem = tile_problem(VARIANTS[impl], parse_tile(t))
-                except ValueError as e:
-                    problem = str(e)
-                if problem:
-                    raise WorkflowError(f"invalid config:\n  {where}: {problem}")
-        # a target nothing checks would compile "ok" whatever instructions it got (issue 9)
-        for target in unchecked_targets(VARIANTS[impl], cfg["targets"]):
-            factory = getattr(VARIANTS[impl].kernel, "func", VARIANTS[impl].kernel)
-            source_file = factory.__module__.replace(".", "/")
-            raise WorkflowError(f"invalid config:\n  variants.{name}: target {target} has no instruction check "
-                                f"({source_file}.py Variant.sass and Variant.instructions) and no declared unsupported reason")
-    check_targets(cfg)
-    # the costly check (it quantizes): a job re-parsing this file on a node reads the config its
-    # planner already checked
-    if getattr(workflow, "is_main_process", True):
-        check_shapes_fit_formats(cfg)
-    cfg.setdefault("tilelang_cache", ".cache/tilelang")
-
-
-def check_shape_classes(cfg):
-    """Unique names, and a last class without bounds, so every shape has a class; returns the names."""
-    classes = cfg.setdefault("shape_classes", [{"name": "any"}])
-    names = [c["name"] for c in classes]
-    if len(set(names)) != len(names):
-        raise WorkflowError(f"invalid config:\n  shape_classes: names must be unique, got {names}")
-    if set(classes[-1]) != {"name"}:
-        raise WorkflowError(f"invalid config:\n  shape_classes: the last class ({names[-1]}) must have no bounds, "
-                            "so that every shape falls in some class")
-    return names
-
-
-def check_shapes_fit_formats(cfg):
-    """Quantize a small stand-in per (format, K) now, so that a shape a format cannot take (K not a
-    multiple of its group, odd K for int4 packing) is refused before any job runs."""
-    import torch
-
-    verdict = {}
-    for name, vcfg in cfg["variants"].items():
-        variant = VARIANTS[vcfg.get("uses", name)]
-        fmt = variant.input_format
-        # the compile check builds every TileLang kernel at the cpu_compile shapes too
-        kinds = ("cpu", "gpu", "cpu_compile") if variant.kernel is not None else ("cpu", "gpu")
-        for kind in kinds:
-            own = vcfg.get("shapes", {}).get(kind)
-            for shape in own or cfg["sweeps"][kind]:
-                K = parse_shape(shape)[2]
-                if (fmt, K) not in verdict:
-                    try:
-                        FORMATS[fmt].quantize(torch.zeros(128, K), torch.zeros(128, K))
-                        verdict[fmt, K] = None
-                    except (ValueError, TypeError) as e:
-                        verdict[fmt, K] = str(e)
-                if verdict[fmt, K]:
-                    where = f"variants.{name}.shapes.{kind}" if own else f"sweeps.{kind}"
-                    raise WorkflowError(f"invalid config:\n  {where}: shape {shape} does not fit {name} "
-                                        f"(format {fmt}): {verdict[fmt, K]}")
-
-
-AUTO_ENV = "LPGEMM_AUTO_PLATFORM"
-
-
-def resolve_auto(platforms):
-    """What ``auto`` means: this planning host's platform, "cpu" without a GPU, else the one catalogue
-    entry whose ``match`` fits the GPU's name. Resolved once by the planning process and handed to
-    every job it spawns (environment variable LPGEMM_AUTO_PLATFORM, which sbatch and the local
-    executor pass on), so a job re-parsing this file on another node plans exactly the same DAG."""
-    if os.environ.get(AUTO_ENV):
-        return os.environ[AUTO_ENV]
-    gpu = detect_gpu()
-    if gpu is None:
-        slug = "cpu"
-    else:
-        found = matching_platforms(gpu["gpu_name"], platforms)
-        if len(found) != 1:
-            why = "matches no entry" if not found else f"matches several ({', '.join(found)})"
-            raise WorkflowError(f"invalid config:\n  run_on: auto: this host's GPU {gpu['gpu_name']!r} {why} of "
-                                "platforms.*.match; add (or narrow) its entry in config platforms, or name the "
-                                "platforms to run in run_on")
-        slug = found[0]
-    os.environ[AUTO_ENV] = slug
-    return slug
-
-
-def resolve_run_on(cfg):
-    """The platforms to plan, in order: ``auto`` resolved, every other entry "cpu" or a catalogue slug."""
-    out = []
-    for i, p in enumerate(cfg["run_on"]):
-        if p == "auto":
-            p = resolve_auto(cfg["platforms"])
-        elif p != "cpu" and p not in cfg["platforms"]:
-            raise WorkflowError(f"invalid config:\n  run_on.{i}: unknown platform {p!r}; known: auto, cpu, "
-                                + ", ".join(cfg["platforms"]))
-        if p not in out:
-            out.append(p)
-    return out
-
-
-validate_config(config)
-RUN_ON = resolve_run_on(config)
-TARGETS = config["targets"]
-RUN_VARIANTS = list(config["variants"])
-DISTS = config["distributions"]
+with config_errors():
+    # the costly check (it quantizes) only in the planning process: a job re-parsing this file on a node
+    # reads the config its planner already checked
+    validate(config, workflow.config_settings.overwrite_config, check_shapes=getattr(workflow, "is_main_process", True))
+    PLAN = Plan(config)
+RUN_ON = PLAN.run_on
+RUN_VARIANTS = PLAN.entries
+FAMILIES = PLAN.families
 # the GPU rules' {platform}: a catalogue slug; the CPU emulation rules' {platform}: "cpu"
 GPU_PLATFORM = "|".join(sorted(config["platforms"]))
-
-
-def kind(platform):
-    """"cpu" (emulation, CPU sweep) or "gpu" (timed, GPU sweep)."""
-    return "cpu" if platform == "cpu" else "gpu"
+# what the rules plan with (harness/plan.py)
+impl, is_tilelang, variant_shapes, check_compile_jobs = PLAN.impl, PLAN.is_tilelang, PLAN.variant_shapes, PLAN.check_compile_jobs
+tiles_for_shape, sweep_shapes, sweep_tiles, run_outputs = PLAN.tiles_for_shape, PLAN.sweep_shapes, PLAN.sweep_tiles, PLAN.run_outputs
 
 
 def platform_spec(platform):
     """A GPU platform's catalogue entry, checked for what planning it needs; every message names the key."""
-    spec = config["platforms"].get(platform)
-    if spec is None:
-        raise WorkflowError(f"invalid config:\n  platforms.{platform}: not in the catalogue (known: "
-                            f"{', '.join(config['platforms'])}); results/{platform}/ cannot be planned")
-    if spec["arch"] not in TARGETS:
-        raise WorkflowError(f"invalid config:\n  platforms.{platform}.arch: {spec['arch']} is not one of targets "
-                            f"{TARGETS}; add it there to run on {platform}")
-    for entry in RUN_VARIANTS:
-        precision = impl(entry).precision
-        if precision not in spec["peak"]:
-            raise WorkflowError(f"invalid config:\n  platforms.{platform}.peak.{precision}: missing, and "
-                                f"variants.{entry} is bounded by it (null if {platform} has no tensor-core path)")
-    return spec
+    with config_errors():
+        return PLAN.platform_spec(platform)
 
 
 def run_arch(platform):
-    return None if platform == "cpu" else platform_spec(platform)["arch"]
+    with config_errors():
+        return PLAN.run_arch(platform)
+
+
+def compile_outputs(platform, entries=None):
+    with config_errors():
+        return PLAN.compile_outputs(platform, entries)
+
+
+def family_entries(family):
+    with config_errors():
+        return PLAN.family_entries(family)
 
 
 def physical_limits(platform):
@@ -294,69 +100,6 @@ wildcard_constraints:
     # canonical positive integers only: 0x64x128 or 064x64x128 match no rule
     shape="[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*",
     tile="[a-z0-9_]+",
-
-
-def impl(entry):
-    """The registered variant a config entry runs (entries may reuse one under another sweep)."""
-    return VARIANTS[config["variants"][entry].get("uses", entry)]
-
-
-def is_tilelang(variant):
-    return impl(variant).kernel is not None
-
-
-def variant_shapes(variant, kind):
-    return config["variants"][variant].get("shapes", {}).get(kind) or config["sweeps"][kind]
-
-
-def check_compile_jobs(variant):
-    """(target, tile, shapes) per kernel of a variant's compile-check job: every target, every tile, at
-    the sweeps.cpu_compile shapes (a cross-compile does not depend on the host)."""
-    return [(t, tile, config["sweeps"]["cpu_compile"]) for t in TARGETS for tile in tiles_for(variant, t)]
-
-
-def _target_tiles(variant, target):
-    tiles = config["variants"][variant].get("tiles", {})
-    return tiles.get(target) or tiles.get("default", [])
-
-
-def tiles_for(variant, target):
-    """Every tile a variant has for a target, over all shape classes (in config order, once each)."""
-    tiles = _target_tiles(variant, target)
-    return list(dict.fromkeys(t for ts in tiles.values() for t in ts)) if isinstance(tiles, dict) else tiles
-
-
-def tiles_for_shape(variant, target, shape):
-    """The tiles a variant runs at one shape on a target: its shape class's, or the one list for all shapes."""
-    tiles = _target_tiles(variant, target)
-    return tiles[shape_class(*parse_shape(shape), config["shape_classes"])] if isinstance(tiles, dict) else tiles
-
-
-def sweep_shapes(variant, target, tile):
-    """The GPU shapes a tile is compiled at and run on: those of the variant whose class lists it."""
-    return [s for s in variant_shapes(variant, "gpu") if tile in tiles_for_shape(variant, target, s)]
-
-
-def sweep_tiles(variant, target):
-    return [t for t in tiles_for(variant, target) if sweep_shapes(variant, target, t)]
-
-
-def input_formats(shape):
-    """Every input format some variant needs at this shape, on any host kind (one inputs job writes them all)."""
-    return sorted({impl(v).input_format for v in RUN_VARIANTS for k in ("cpu", "gpu") if shape in variant_shapes(v, k)})
-
-
-def compile_outputs(platform, entries=None):
-    """The compile records of a platform's report (of ``entries``, default all): every target's check
-    compile, and on a GPU platform its own arch's kernels at the shapes it runs."""
-    tilelang = [v for v in (entries or RUN_VARIANTS) if is_tilelang(v)]
-    check = [f"results/compile/{v}/{t}/{tile}.json" for v in tilelang for t in TARGETS for tile in tiles_for(v, t)]
-    arch = run_arch(platform)
-    return check + ([sweep_record(v, arch, tile) for v in tilelang for tile in sweep_tiles(v, arch)] if arch else [])
-
-
-def sweep_record(variant, arch, tile):
-    return f"results/compile/{variant}/{arch}/sweep/{tile}.json"
 
 
 def _module_of(obj):
@@ -397,33 +140,6 @@ def format_code(formats):
     modules, scripts = STAGE_CODE["inputs"]
     own = set().union(*(_format_modules(f) for f in formats))
     return import_closure(sorted(own | set(modules)), REPO, scripts)
-
-
-def input_sets():
-    """{name: (formats, shapes)} for the build_inputs_<name> rules (inputs.smk): the shapes of every sweep
-    grouped by the formats they need. The name lists the families of those formats' variants (a number
-    is added should two sets share it)."""
-    shapes = [s for v in RUN_VARIANTS for k in ("cpu", "gpu") for s in variant_shapes(v, k)]
-    groups = {}
-    for shape in dict.fromkeys(shapes):
-        groups.setdefault(tuple(input_formats(shape)), []).append(shape)
-    sets = {}
-    for formats, members in groups.items():
-        name = "_".join(sorted({impl(v).family for v in RUN_VARIANTS if impl(v).input_format in formats}))
-        unique, n = name, 2
-        while unique in sets:
-            unique, n = f"{name}_{n}", n + 1
-        sets[unique] = (formats, members)
-    return sets
-
-
-def run_outputs(platform, entries=None):
-    return [f"results/{platform}/{v}/{d}/{s}.json" for v in (entries or RUN_VARIANTS) for d in variant_dists(v)
-            for s in variant_shapes(v, kind(platform))]
-
-
-def variant_dists(variant):
-    return config["variants"][variant].get("distributions") or DISTS
 
 
 def run_inputs(variant, kind):
@@ -482,24 +198,7 @@ def report_params(result_dir, label, references):
             "captions": {n: (REPO / "workflow/report" / f"{n}.rst").read_text().strip() for n in FIGURES}}
 
 
-for _p in RUN_ON:
-    run_arch(_p)  # a planned platform must be complete before anything runs
-
-
-INPUT_SETS = input_sets()
-FAMILIES = sorted({impl(v).family for v in RUN_VARIANTS} - {"baseline"})
-
-
-def family_entries(family):
-    """A family's points: its own config entries and every entry of a peer (matched or second baseline)
-    of one of them that shares a GPU shape with them; one family refresh measures exactly these."""
-    own = [e for e in RUN_VARIANTS if impl(e).family == family]
-    if not own:
-        raise WorkflowError(f"invalid config:\n  variants: no entry of family {family!r} (families: {', '.join(FAMILIES)})")
-    peers = {b for e in own for b in (impl(e).baseline, impl(e).second_baseline) if b}
-    shapes = {s for e in own for s in variant_shapes(e, "gpu")}
-    return own + [e for e in RUN_VARIANTS if e not in own and impl(e).name in peers
-                  and shapes & set(variant_shapes(e, "gpu"))]
+INPUT_SETS = PLAN.input_sets()
 
 
 def points_in(folder):
@@ -530,14 +229,9 @@ def profile_inputs(wc):
     artifacts at this shape. Refuses, before anything runs, a point the entry does not time on that
     platform, and a local run on a host without that GPU (a cluster job is checked where it lands)."""
     where = f"results/{wc.platform}/profile/{wc.entry}/{wc.dist}/{wc.shape}/{wc.tile}"
-    if wc.entry not in RUN_VARIANTS:
-        raise WorkflowError(f"{where}: no config entry {wc.entry!r}; entries: {', '.join(RUN_VARIANTS)}")
+    with config_errors():
+        PLAN.check_profile_point(wc.platform, wc.entry, wc.dist, wc.shape, wc.tile)
     arch = run_arch(wc.platform)
-    tiles = tiles_for(wc.entry, arch) if is_tilelang(wc.entry) else [LIBRARY]
-    for what, value, known in (("shape", wc.shape, variant_shapes(wc.entry, "gpu")), ("distribution", wc.dist,
-                               variant_dists(wc.entry)), (f"tile on {arch}", wc.tile, tiles)):
-        if value not in known:
-            raise WorkflowError(f"{where}: {wc.entry} times no {what} {value!r}; it times: {', '.join(known)}")
     if workflow.local_exec and (here := host_platform()) != wc.platform:
         gpu = detect_gpu()
         raise WorkflowError(f"{where}: profiling runs on a {wc.platform} GPU (config platforms.{wc.platform}.match), "
