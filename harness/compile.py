@@ -5,8 +5,14 @@ TileLang caches compiled kernels on disk (``TILELANG_CACHE_DIR``), so the run st
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -92,6 +98,7 @@ def build(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: str):
     if arch in variant.unsupported:
         raise UnsupportedTarget(variant.unsupported[arch])
     prim = variant.kernel(M, N, K, tile)
+    keep_ptx_of_cubin_builds()
     try:
         return tilelang.compile(
             prim,
@@ -126,6 +133,7 @@ def sass_record(kernel, artifacts: Path) -> dict:
     """The kernel's cubin and SASS written under ``artifacts``, and what the SASS shows (harness/sass.py);
     ``sass_error`` instead when they cannot be had."""
     try:
+        sass.tools()  # a missing disassembler is named first, whatever else this host lacks
         cubin = artifacts / "kernel.cubin"
         cubin.write_bytes(sass.kernel_cubin(kernel))
         text = sass.disassemble(cubin)
@@ -149,6 +157,67 @@ def instruction_check(variant: Variant, arch: str, rec: dict, source: str) -> st
     if not re.search(expected_source, source):
         return f"expected instruction /{expected_source}/ not in the generated source (found {rec['instructions']})"
     return ""
+
+
+def _ptx_file(code: str, target) -> Path:
+    """Where the PTX of one CUDA source for one target is kept: beside TileLang's kernel cache, under the
+    hash of everything it is a function of (the source, the target, TileLang's nvcc flags, the CUDA release)."""
+    import tilelang
+    from tilelang.contrib import nvcc
+
+    key = hashlib.sha256(json.dumps([code, str(target), tilelang.__version__, nvcc.get_cuda_version()]).encode())
+    return Path(tilelang.env.TILELANG_CACHE_DIR) / "lpgemm-ptx" / f"{key.hexdigest()}.ptx"
+
+
+def _keep(source: Path, kept: Path) -> None:
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+    shutil.copyfile(source, partial)
+    os.replace(partial, kept)  # whole or absent, whoever reads it
+
+
+@functools.cache
+def keep_ptx_of_cubin_builds() -> None:
+    """Once per process: TileLang's cubin build (nvcc --cubin, which compiles through PTX) keeps that PTX
+    (nvcc -keep) where ``export_ptx`` looks, so that a kernel's PTX does not cost a second nvcc front-end
+    pass (a third of a compile). The cubin and TileLang's cache of it are as without it."""
+    import tvm_ffi
+    from tilelang.contrib import nvcc
+    from tilelang.cuda import backend
+
+    tilelang_compile = backend.tilelang_callback_cuda_compile
+
+    def compile_keeping_ptx(code, target, pass_config=None):
+        compile_cuda = nvcc.compile_cuda
+        with tempfile.TemporaryDirectory() as keep_dir:
+            def keeping(code_, target_format="ptx", arch=None, options=None, **kwargs):
+                options = [options] if isinstance(options, str) else list(options or [])
+                return compile_cuda(code_, target_format, arch, options=[*options, "-keep", f"-keep-dir={keep_dir}"], **kwargs)
+
+            nvcc.compile_cuda = keeping
+            try:
+                binary = tilelang_compile(code, target, pass_config)
+            finally:
+                nvcc.compile_cuda = compile_cuda
+            ptx = sorted(Path(keep_dir).glob("*.ptx"))
+            if len(ptx) == 1:  # none when the cubin came from TileLang's cache
+                _keep(ptx[0], _ptx_file(code, target))
+        return binary
+
+    tvm_ffi.register_global_func("tilelang_callback_cuda_compile", f=compile_keeping_ptx, override=True)
+
+
+def export_ptx(kernel, path: Path) -> None:
+    """The kernel's PTX at ``path``: the one its cubin build kept (``keep_ptx_of_cubin_builds``), else
+    TileLang's export (nvcc -ptx on the CUDA source once more), which is then kept too, so that a kernel
+    loaded from TileLang's cache (a rerun, a forced recompile, the tests after the main job) has it at once."""
+    kept = None if kernel.compile_flags else _ptx_file(kernel.get_kernel_source(), kernel.target)
+    if kept is not None and kept.is_file():
+        shutil.copyfile(kept, path)
+        return
+    kernel.export_ptx(str(path))  # logs, and writes nothing, when nvcc fails
+    if kept is not None and path.is_file():
+        _keep(path, kept)
 
 
 def compile_record(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: str, artifacts: Path) -> dict:
@@ -176,7 +245,7 @@ def compile_record(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: s
     (artifacts / "kernel.cu").write_text(source)
     rec["instructions"] = instruction_classes(source)
     try:
-        kernel.export_ptx(str(artifacts / "kernel.ptx"))
+        export_ptx(kernel, artifacts / "kernel.ptx")
     except Exception as e:
         rec["ptx_error"] = f"{type(e).__name__}: {e}"
     rec |= sass_record(kernel, artifacts)

@@ -8,6 +8,7 @@ Family modules (``fp8``, ``int4``, ...) register theirs at import; ``load_all`` 
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -161,8 +162,10 @@ def bytes_moved(per_element: tuple, M, N, K):
     return M * K * a + N * K * b + M * N * c
 
 
+@functools.cache
 def bytes_per_element(variant_name: str, K: int = 512) -> tuple[float, float, float]:
     """Bytes per element of A and of B (scales included) that the kernel reads, and of C it writes.
+    A pure function of the registered variant, so computed once per process.
 
     Only the tensors the format names in ``reads`` count. Measured by quantizing two small problems
     that differ in M and N only (bytes = a·M·K + b·N·K), so packing and scale layouts are accounted
