@@ -1,6 +1,7 @@
 """Pytest helper (not a test file): a session-scoped throwaway SLURM cluster on this host.
 
-conftest.py imports the fixture, so that every test module shares one cluster.
+conftest.py imports the fixture, so that every test module shares one cluster (tests ask for `slurm_cluster`,
+which checks their `slurm` marker).
 The cluster comes from ``.ci/slurm-cluster`` (see that script for the node/partition layout); its fake
 ``nvidia-smi`` lies in ``cluster.bin``, which ``cluster.run`` puts first on PATH (sbatch passes PATH on to jobs).
 """
@@ -56,7 +57,7 @@ def _stop(path: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory, request):
+def slurm_cluster_session(tmp_path_factory, request):
     reason = _why_not()
     if reason:
         pytest.skip(reason)

@@ -1,6 +1,6 @@
 """kernels.blockscaled: quantizers, scale layouts, emulated numerics, launches, compiles.
 
-CPU only. Compile tests build tiny kernels (256x256x256) with the local nvcc, through harness.compile.build
+CPU only. Compile tests build small kernels (the compile-check shape) with the local nvcc, through harness.compile
 as the pipeline does. The E8M0 codes and the MX exponent (kernels.formats) are tested in tests/test_formats.py.
 """
 import dataclasses
@@ -8,6 +8,7 @@ import re
 
 import pytest
 import torch
+from conftest import CANONICAL_SHAPE
 
 from harness.compile import UnsupportedTarget, build
 from harness.metrics import calc_diff, rel_fro
@@ -314,31 +315,31 @@ def test_cublas_launch_uses_the_scale_layouts_torch_checks(monkeypatch, M, K, pi
 
 # ---- compile checks (local nvcc, no GPU) -------------------------------------------------------
 
-def _compile(name: str, tile: str, arch: str, shape=(256, 256, 256), variant=None):
-    return build(variant or VARIANTS[name], *shape, parse_tile(tile), arch)  # as the pipeline compiles it
-
-
-def test_g128_kernel_compiles_to_fp8_wgmma_with_promotion():
+@pytest.mark.compile
+def test_g128_kernel_compiles_to_fp8_wgmma_with_promotion(kernels):
     # blockscaled_sm90's warp-specialized kernel: tests/test_blockscaled_ws.py
-    src = _compile("blockscaled_g128", "m128n128k128_s2_t256_wrow", "sm_90a").get_kernel_source()
+    src = kernels("blockscaled_g128", "m128n128k128_s4_t256_wrow_z8", "sm_90a").source
     assert re.search(VARIANTS["blockscaled_g128"].instructions["sm_90a"], src)
     # a fresh partial sum per K block (scale-d 0 on the first wgmma) and a promotion FMA through the scales
     assert "tl::warpgroup_wait<0>()" in src and "SFA_s" in src
 
 
-def test_sm100_kernel_compiles_to_block_scaled_tcgen05():
-    src = _compile("blockscaled_sm100", "m128n128k128_s1_t128", "sm_100a").get_kernel_source()
+@pytest.mark.compile
+def test_sm100_kernel_compiles_to_block_scaled_tcgen05(kernels):
+    src = kernels("blockscaled_sm100", "m128n128k128_s1_t128", "sm_100a").source
     assert re.search(VARIANTS["blockscaled_sm100"].instructions["sm_100a"], src)
     assert "tcgen05_cp" in src  # scale words moved to tensor memory
     assert "(ki << 29)" in src and "(ki << 4)" in src  # per-32-K scale byte selected in the instr. descriptor
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_89"])
 def test_gemm_blockscaled_does_not_lower_off_blackwell(arch):
     # declared unsupported there; without the declaration TileLang itself refuses (a recognised refusal)
     v = VARIANTS["blockscaled_sm100"]
+    tile = parse_tile("m128n128k128_s1_t128")
     with pytest.raises(UnsupportedTarget, match="Block-scaled GEMM requires either Blackwell SM100"):
-        _compile(v.name, "m128n128k128_s1_t128", arch)
+        build(v, *CANONICAL_SHAPE, tile, arch)
     with pytest.raises(UnsupportedTarget, match="rule blockscaled_mma_target") as refused:
-        _compile(v.name, "m128n128k128_s1_t128", arch, variant=dataclasses.replace(v, unsupported={}))
+        build(dataclasses.replace(v, unsupported={}), *CANONICAL_SHAPE, tile, arch)  # as the pipeline compiles it
     assert "Block-scaled GEMM requires either Blackwell SM100" in str(refused.value.__cause__)

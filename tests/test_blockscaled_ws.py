@@ -2,8 +2,6 @@
 what the cross-compiled kernel contains (no GPU needed). Its numerics are blockscaled_sm90's emulation
 (tests/test_blockscaled.py), which the GPU run compares the kernel with."""
 import re
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +12,6 @@ from kernels.tiles import parse_tile
 from kernels.ws_gemm import CONSUMER_REGS, HOPPER_SMEM_BYTES, PRODUCER_REGS
 
 V = get_variant("blockscaled_sm90")
-SHAPE = (256, 512, 1024)
 
 
 @pytest.mark.parametrize("tile,problem", [
@@ -46,20 +43,16 @@ def test_the_tma_store_needs_n_divisible_by_8():
         V.kernel(256, 516, 1024, parse_tile("m128n128k128_s3_t384"))
 
 
-def _compiled(tile: str, shape=SHAPE):
-    with tempfile.TemporaryDirectory() as tmp:
-        rec = compile_record(V, *shape, parse_tile(tile), "sm_90a", Path(tmp))
-        return rec, (Path(tmp) / "kernel.cu").read_text(), (Path(tmp) / "kernel.sass").read_text()
+@pytest.fixture
+def two_halves(kernels):
+    k = kernels(V.name, "m128n256k128_s3_t384_z16")
+    return k.record, k.source, k.sass
 
 
-@pytest.fixture(scope="module")
-def two_halves():
-    return _compiled("m128n256k128_s3_t384_z16")
-
-
-@pytest.fixture(scope="module")
-def one_consumer():
-    return _compiled("m64n64k128_s8_t256")
+@pytest.fixture
+def one_consumer(kernels):
+    k = kernels(V.name, "m64n64k128_s8_t256")
+    return k.record, k.source, k.sass
 
 
 def _check_common(rec, src, sass, tile, wgmma_n):
@@ -100,8 +93,7 @@ def test_one_consumer_needs_no_turns(one_consumer):
     assert "__named_barrier_arrive" not in src
 
 
-@pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_89", "sm_100a"])
 def test_blockscaled_sm90_is_declared_unsupported_without_wgmma(tmp_path, arch):
-    rec = compile_record(V, *SHAPE, parse_tile("m128n256k128_s3_t384_z16"), arch, tmp_path)
+    rec = compile_record(V, 256, 512, 1024, parse_tile("m128n256k128_s3_t384_z16"), arch, tmp_path)
     assert rec["status"] == "unsupported" and "wgmma" in rec["reason"]

@@ -7,61 +7,87 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CANONICAL_SHAPE
 
 from harness import sass
-from harness.compile import TILELANG_REFUSALS, build, compile_record, error_summary, known_refusal
+from harness.compile import TILELANG_REFUSALS, compile_record, error_summary, known_refusal
 from kernels.fp8 import FP8_QGMMA
 from kernels.registry import get_variant
 from kernels.tiles import parse_tile
 
-pytestmark = pytest.mark.compile
-TILE = parse_tile("m64n64k64_s2_t128")
+# fp8_e4m3's tiles in config.yaml: sm_90a's wgmma tile, and the default (sm_89, sm_100a), which the main
+# job compiles at CANONICAL_SHAPE too
+HOPPER_TILE, DEFAULT_TILE = "m64n64k128_s4_t128", "m128n128k128_s3_t128"
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("variant,tag", [("fp8_e4m3", "kFloat8_e4m3"), ("fp8_e5m2", "kFloat8_e5m2")])
-def test_hopper_fp8_kernel_uses_wgmma(tmp_path, variant, tag):
-    rec = compile_record(get_variant(variant), 128, 128, 256, TILE, "sm_90a", tmp_path)
+def test_hopper_fp8_kernel_uses_wgmma(kernels, variant, tag):
+    k = kernels(variant, HOPPER_TILE, "sm_90a")
+    rec = k.record
     assert rec["status"] == "ok", rec
     assert "wgmma" in rec["instructions"] and "mma_sync" not in rec["instructions"]
-    assert tag in (tmp_path / "kernel.cu").read_text()
-    assert (tmp_path / "kernel.ptx").stat().st_size > 0
+    assert tag in k.source
+    assert (k.dir / "kernel.ptx").stat().st_size > 0
     assert rec["registers"] > 0 and rec["smem_dynamic_bytes"] > 0
     # the SASS of the cubin, beside the source and PTX, with what it shows
     ops = rec["sass_mma"]
     assert ops and all(op.startswith("QGMMA.64x") and op.endswith(f".F32.{variant[4:].upper()}.{variant[4:].upper()}")
                        for op in ops), ops
-    assert sass.tensor_core_ops(sass.opcodes((tmp_path / "kernel.sass").read_text())) == ops
-    assert (tmp_path / "kernel.cubin").read_bytes()[:4] == b"\x7fELF"
+    assert sass.tensor_core_ops(sass.opcodes(k.sass)) == ops
+    assert (k.dir / "kernel.cubin").read_bytes()[:4] == b"\x7fELF"
     assert rec["sass_local_loads"] == rec["sass_local_stores"] == 0 and rec["sass_functions"] == ["main_kernel"]
     assert rec["smem_static_bytes"] >= 0 and rec["local_bytes"] == 0 and rec["sass_tool"].startswith("cuobjdump ")
 
 
-def test_fp8_without_qgmma_in_its_sass_fails_whatever_its_source_says(tmp_path):
+@pytest.mark.compile
+def test_fp8_without_qgmma_in_its_sass_fails_whatever_its_source_says(kernels, tmp_path):
     # the sm_100a build is fp8 mma.sync in the source, which ptxas turns into fp16 HMMA: a variant that
     # demands fp8 tensor-core instructions there is failed by the SASS check, before the source check
     v = get_variant("fp8_e4m3")
     strict = dataclasses.replace(v, sass={**v.sass, "sm_100a": FP8_QGMMA["e4m3"]})
-    rec = compile_record(strict, 128, 128, 256, TILE, "sm_100a", tmp_path)
+    rec = compile_record(strict, *CANONICAL_SHAPE, parse_tile(DEFAULT_TILE), "sm_100a", tmp_path)
     assert rec["status"] == "failed" and "not in the SASS" in rec["reason"] and "HMMA.16816.F32 x" in rec["reason"]
     assert rec["instructions"] == ["mma_sync"]  # the source check alone would have passed
-    assert compile_record(v, 128, 128, 256, TILE, "sm_100a", tmp_path / "as_declared")["status"] == "ok"
+    assert kernels("fp8_e4m3", DEFAULT_TILE, "sm_100a").record["status"] == "ok"
 
 
-def test_without_a_disassembler_the_instruction_check_fails(tmp_path, monkeypatch):
+def path_without(folder: Path, *names: str) -> str:
+    """A PATH of one folder linking every program of this PATH except ``names``."""
+    folder.mkdir()
+    for entry in os.environ["PATH"].split(os.pathsep):
+        for exe in sorted(Path(entry).iterdir()) if Path(entry).is_dir() else []:
+            link = folder / exe.name
+            if exe.name not in names and not link.exists() and os.access(exe, os.X_OK):
+                link.symlink_to(exe)
+    return str(folder)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("cached", [False, True], ids=["fresh", "cached"])
+def test_without_a_disassembler_the_instruction_check_fails(tmp_path, monkeypatch, cached):
+    """Whether the kernel is built now or comes from TileLang's cache (on disk, or in memory after an
+    earlier build in this process), the record names the missing tool."""
+    # a tile no other test builds: "fresh" compiles it here, "cached" builds its own first and asks again
+    tile = parse_tile("m64n64k64_s3_t128" if cached else "m64n64k64_s4_t128")
+    if cached:
+        compile_record(get_variant("fp8_e4m3"), *CANONICAL_SHAPE, tile, "sm_90a", tmp_path / "first")
     monkeypatch.setattr(sass, "_wheel_binary", lambda dist, name: None)
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("PATH", path_without(tmp_path / "bin", "cuobjdump", "nvdisasm"))
     sass.tools.cache_clear()
     try:
-        rec = compile_record(get_variant("fp8_e4m3"), 128, 128, 256, TILE, "sm_90a", tmp_path)
+        rec = compile_record(get_variant("fp8_e4m3"), *CANONICAL_SHAPE, tile, "sm_90a", tmp_path / "checked")
     finally:
         sass.tools.cache_clear()
-    assert rec["status"] == "failed" and "no SASS" in rec["reason"] and "cuobjdump not found" in rec["reason"]
+    assert rec["status"] == "failed" and "no SASS" in rec["reason"] and "cuobjdump not found" in rec["reason"], rec
     assert "nvidia-cuda-cuobjdump==13.5.37" in rec["reason"]
 
 
+@pytest.mark.compile
 def test_the_cubin_read_is_the_one_nvcc_built(tmp_path):
-    # a fresh compile into an empty TileLang cache: the cubin taken from the kernel's host library is, byte
-    # for byte, the one TileLang's compile step stored (cuda-binaries/<key>/kernel.cubin)
+    """Compiles anew, in a process of its own with an empty TileLang cache: what is checked is a fresh build.
+    The cubin taken from the kernel's host library is, byte for byte, the one TileLang's compile step stored
+    (cuda-binaries/<key>/kernel.cubin)."""
     code = (
         "import json, sys\n"
         "from harness import sass\n"
@@ -78,9 +104,9 @@ def test_the_cubin_read_is_the_one_nvcc_built(tmp_path):
     assert (tmp_path / "taken.cubin").read_bytes() == stored[0].read_bytes()
 
 
-def test_embedded_cubins_finds_cuda_elf_images_only(tmp_path):
-    k = build(get_variant("int8_tilelang"), 128, 128, 256, TILE, "sm_90a")
-    cubin = sass.kernel_cubin(k)
+@pytest.mark.compile
+def test_embedded_cubins_finds_cuda_elf_images_only(kernels):
+    cubin = (kernels("int8_tilelang", "m128n256k128_s3_t256_wrow_z8").dir / "kernel.cubin").read_bytes()
     host_elf = Path(sys.executable).resolve().read_bytes()[:4096]  # an x86-64 ELF header, no CUDA image
     assert sass.embedded_cubins(b"junk" + cubin + b"more junk") == [cubin]
     assert sass.embedded_cubins(host_elf) == [] and sass.embedded_cubins(b"") == []
@@ -105,20 +131,22 @@ def test_sass_opcodes_and_labels():
     assert sass.check(r"HMMA\.16816\.F32", rec["sass_mma"])  # matched in full: .BF16 is another opcode
 
 
+@pytest.mark.compile
 def test_a_silent_fallback_fails_loudly(tmp_path):
     # sm_89 has no wgmma: a variant that demands it there must be marked failed, not ok
     strict = dataclasses.replace(get_variant("fp8_e4m3"), instructions={"sm_89": "wgmma"})
-    rec = compile_record(strict, 128, 128, 256, TILE, "sm_89", tmp_path)
+    rec = compile_record(strict, *CANONICAL_SHAPE, parse_tile(DEFAULT_TILE), "sm_89", tmp_path)
     assert rec["status"] == "failed" and "wgmma" in rec["reason"]
     assert rec["instructions"] == ["mma_sync"]
 
 
 def test_declared_unsupported_target_is_recorded_not_raised(tmp_path):
     v = dataclasses.replace(get_variant("fp8_e4m3"), unsupported={"sm_90a": "no reason at all"})
-    rec = compile_record(v, 128, 128, 256, TILE, "sm_90a", tmp_path)
+    rec = compile_record(v, *CANONICAL_SHAPE, parse_tile(HOPPER_TILE), "sm_90a", tmp_path)
     assert (rec["status"], rec["reason"]) == ("unsupported", "no reason at all")
 
 
+@pytest.mark.compile
 def test_register_overflow_is_failed_with_reason_and_traceback(tmp_path, capsys):
     # 3 consumer warpgroups of 64x256 fp32 accumulators do not fit the register file: a tile mistake
     rec = compile_record(get_variant("fp8_e4m3"), 384, 512, 256, parse_tile("m192n256k128_s3_t384_wrow"), "sm_90a", tmp_path)
@@ -206,6 +234,7 @@ def test_error_summary_keeps_nvcc_errors_not_the_source():
 SHAPE = (256, 256, 512)
 
 
+@pytest.mark.compile
 def test_int4_tma_refusal_is_unsupported(tmp_path):
     # without its pass config (warp specialization off) int4_mma's T.int4 copies go through TMA
     v = dataclasses.replace(get_variant("int4_mma"), pass_configs={})
@@ -213,19 +242,21 @@ def test_int4_tma_refusal_is_unsupported(tmp_path):
     assert rec["status"] == "unsupported" and "int4_tma" in rec["reason"] and INT4_TMA in rec["reason"]
 
 
+@pytest.mark.compile
 def test_blockscaled_mma_refusal_is_unsupported(tmp_path):
     v = dataclasses.replace(get_variant("blockscaled_sm100"), unsupported={})
     rec = compile_record(v, *SHAPE, parse_tile("m128n128k128_s1_t128"), "sm_90a", tmp_path)
     assert rec["status"] == "unsupported" and "blockscaled_mma_target" in rec["reason"]
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("arch,reason", [
     ("sm_75", "no instruction check for sm_75"),  # builds, but nothing proves it uses a tensor core
     ("sm_999", "RuntimeError: nvcc fatal : Unsupported gpu architecture 'sm_999'"),
     ("bogus", "AssertionError: Target {'kind': 'cuda', 'arch': 'bogus'} is not supported"),
 ])
 def test_unknown_target_is_failed_not_unsupported(tmp_path, arch, reason):
-    rec = compile_record(get_variant("fp8_e4m3"), 128, 128, 256, TILE, arch, tmp_path)
+    rec = compile_record(get_variant("fp8_e4m3"), *CANONICAL_SHAPE, parse_tile(DEFAULT_TILE), arch, tmp_path)
     assert rec["status"] == "failed" and reason in rec["reason"], rec
 
 

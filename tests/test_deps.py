@@ -1,11 +1,9 @@
 """A job's code inputs are computed (the import closure), and a GPU host compiles only what it runs."""
 import json
-import os
-import stat
 
 import pytest
 import yaml
-from conftest import REPO, copy_workflow, snakemake, tiny_config
+from conftest import REPO, copy_workflow, fake_nvidia_smi, on_path, snakemake, tiny_config
 
 from harness.deps import import_closure
 
@@ -52,6 +50,7 @@ def _variant_config(name):
 
 
 @pytest.mark.workflow
+@pytest.mark.compile
 def test_editing_a_transitive_import_reruns_the_jobs_that_reach_it(tmp_path):
     cfg = tiny_config()
     cfg["sweeps"] = {"cpu": ["16x128x256"], "gpu": ["16x128x256"], "cpu_compile": ["16x128x256"]}
@@ -82,12 +81,7 @@ def test_editing_a_transitive_import_reruns_the_jobs_that_reach_it(tmp_path):
 @pytest.mark.workflow
 def test_a_gpu_platform_runs_on_its_own_arch_compiled_at_its_run_shapes(tmp_path, monkeypatch):
     # a fake nvidia-smi makes this CPU host look like an H200 (sm_90a) to the planner
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text('#!/bin/sh\ncase "$*" in\n  *--query-gpu=name,compute_cap*) echo "NVIDIA H200, 9.0" ;;\n'
-                   '  *) echo "NVIDIA H200, 550.00, 1980" ;;\nesac\n')
-    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    bin_dir = fake_nvidia_smi(tmp_path, "NVIDIA H200", "9.0")
     cfg = tiny_config()
     cfg["run_on"] = ["auto"]
     cfg["targets"] = ["sm_89", "sm_90a"]
@@ -96,7 +90,7 @@ def test_a_gpu_platform_runs_on_its_own_arch_compiled_at_its_run_shapes(tmp_path
     # declared unsupported on sm_89 and sm_90a: its compile jobs record every shape without nvcc
     cfg["variants"] = {"blockscaled_sm100": {k: v for k, v in _variant_config("blockscaled_sm100").items() if k != "shapes"}}
     wf = copy_workflow(tmp_path / "wf", cfg)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    on_path(monkeypatch, bin_dir)
     plan = _planned(snakemake(wf, "-n"))
     assert "compile_blockscaled_sm100" in plan and "run_blockscaled_sm100" in plan and "results/h200/" in plan, plan
     tile = "m128n128k128_s1_t128"
@@ -110,3 +104,8 @@ def test_a_gpu_platform_runs_on_its_own_arch_compiled_at_its_run_shapes(tmp_path
     shapes = {t: [r["shape"] for r in json.loads((wf / p).read_text())["records"]] for t, p in records.items()}
     assert shapes == {"sm_89": check_shapes, "sm_90a": check_shapes}
     assert [r["shape"] for r in json.loads((wf / sweep).read_text())["records"]] == run_shapes
+    # no target here can build it: every record is unsupported, and the jobs (whose artifacts folders then
+    # hold no kernel) still succeed
+    for path in (*records.values(), sweep):
+        for rec in json.loads((wf / path).read_text())["records"]:
+            assert rec["status"] == "unsupported" and "sm_100" in rec["reason"], rec

@@ -297,17 +297,14 @@ def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
 # ---------------------------------------------------------------- sm_90a compiles
 
 
-def _compile(name, tile_name, M, N=256, K=512, arch="sm_90a"):
-    from harness.compile import build
-
-    return build(VARIANTS[f"dequant_{name}"], M, N, K, parse_tile(tile_name), arch).get_kernel_source()
+# at the compile-check shape; the tile decides the form (dq.decode_form), not the shape
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("name", FORMAT_NAMES)
-def test_compile_decode_form_sm90a(name):
-    """M=1, 16 rows of A as the wgmma N: the decoded weight fragment is the register operand."""
-    src = _compile(name, "m16n64k128_s2_t128_wrow", M=1)
+def test_compile_decode_form_sm90a(kernels, name):
+    """A decode tile (block_M 16): 16 rows of A as the wgmma N, the decoded weight fragment the register operand."""
+    src = kernels(f"dequant_{name}", "m16n64k128_s2_t128_wrow").source
     assert re.search(VARIANTS[f"dequant_{name}"].instructions["sm_90a"], src)
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 16, 16,", src)  # m64n16k16: 16 rows of A
     assert f"dq_decode_fragment<{dq.W4_FORMATS[name].kind}, 128, {dq.W4_FORMATS[name].group}, 64, 0>" in src
@@ -316,19 +313,19 @@ def test_compile_decode_form_sm90a(name):
 
 @pytest.mark.compile
 @pytest.mark.parametrize("name", ["w4_int4_sym_g128", "w4_mxfp4"])
-def test_compile_prefill_form_sm90a(name):
+def test_compile_prefill_form_sm90a(kernels, name):
     """Two consumer warpgroups x 64 weight rows, 256 rows of A as the wgmma N."""
-    src = _compile(name, "m256n128k64_s2_t256_wrow", M=256)
+    src = kernels(f"dequant_{name}", "m256n128k64_s4_t256_wrow_z8").source
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 256, 16,", src)  # m64n256k16
     assert "wgmma_ss" not in src and "mma_sync" not in src
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_89", "sm_100a"])
-def test_compile_other_targets_use_bf16_mma_sync(arch):
+def test_compile_other_targets_use_bf16_mma_sync(kernels, arch):
     """No wgmma there: the same kernel builds with mma.sync (same per-warp A fragment layout)."""
     v = VARIANTS["dequant_w4_int4_sym_g128"]
-    src = _compile("w4_int4_sym_g128", "m16n64k128_s2_t128_wrow", M=1, arch=arch)
+    src = kernels(v.name, "m16n64k128_s2_t128_wrow", arch).source
     assert "dq_decode_fragment<0, 128, 128, 64, 0>" in src
     assert re.search(v.instructions[arch], src) and "wgmma" not in src
 
@@ -355,10 +352,10 @@ def test_decode_tiles_drop_tilelang_warp_specialization():
 
 
 @pytest.mark.compile
-def test_compile_decode_form_with_swizzled_tile_sm90a():
-    """block_K 512 at M=1: no producer warpgroup (no setmaxnreg), the packed tile stored swizzled, the
-    decoder told so."""
-    src = _compile("w4_int4_sym_g128", "m8n64k512_s2_t128_wrow", M=1, N=128, K=1024)
+def test_compile_decode_form_with_swizzled_tile_sm90a(kernels):
+    """block_K 512 in a decode tile: no producer warpgroup (no setmaxnreg), the packed tile stored swizzled,
+    the decoder told so."""
+    src = kernels("dequant_w4_int4_sym_g128", "m8n64k512_s2_t128_wrow").source
     assert "dq_decode_fragment<0, 512, 128, 64, 1>" in src
     assert "setmaxnreg" not in src
     assert re.search(r"\^ \(\(\(int\)threadIdx\.x\) >> 4\)\) \* 16", src)  # chunk ^ row: the swizzled copy

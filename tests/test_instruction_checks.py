@@ -2,23 +2,18 @@
 variant's generated CUDA and no source of another instruction class or dtype (a fallback fails). The
 same for the SASS checks, on the real cubins of those kernels (sm_89, sm_90a, sm_100a): each matches
 the tensor-core opcodes ptxas emitted for its own variant and target, and those of no other."""
+import copy
 import re
-import tempfile
-from pathlib import Path
 
 import pytest
-import yaml
-from conftest import REPO
+from conftest import DEFAULT_CONFIG
 
 from harness import sass
-from harness.compile import build
+from harness.plan import Plan, validate
 from kernels.registry import VARIANTS, load_all
-from kernels.tiles import parse_tile
 
-pytestmark = pytest.mark.compile
 load_all()
 
-SHAPE = (256, 256, 512)
 TARGETS = ("sm_89", "sm_90a", "sm_100a")
 # What is compiled (25 kernels): one source per variant and target, except for variants that share a
 # kernel factory and its instructions with a compiled one (STAND_INS), to keep CI's two cores free
@@ -63,31 +58,24 @@ def _factory(name):
 
 
 @pytest.fixture(scope="module")
-def kernels() -> dict[tuple[str, str], object]:
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    out = {}
-    for name, targets in CORPUS.items():
-        tile = parse_tile(cfg["variants"][name]["tiles"]["default"][0])
-        for arch in targets:
-            out[name, arch] = build(VARIANTS[name], *SHAPE, tile, arch)
-    return out
+def corpus(_kernel_builds) -> dict[tuple[str, str], object]:
+    """Each variant's first tile for each target in config.yaml, at the compile-check shape: the kernels the
+    main job's compile check builds too."""
+    plan = Plan(validate(copy.deepcopy(DEFAULT_CONFIG), check_shapes=False))
+    return {(name, arch): _kernel_builds(name, plan.tiles_for(name, arch)[0], arch)
+            for name, targets in CORPUS.items() for arch in targets}
 
 
 @pytest.fixture(scope="module")
-def sources(kernels) -> dict[tuple[str, str], str]:
-    return {key: k.get_kernel_source() for key, k in kernels.items()}
+def sources(corpus) -> dict[tuple[str, str], str]:
+    return {key: k.source for key, k in corpus.items()}
 
 
 @pytest.fixture(scope="module")
-def sass_ops(kernels) -> dict[tuple[str, str], dict[str, int]]:
-    """The tensor-core opcodes of each kernel's real cubin (the one TileLang loads), disassembled here."""
-    out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for (name, arch), k in kernels.items():
-            cubin = Path(tmp) / f"{name}_{arch}.cubin"
-            cubin.write_bytes(sass.kernel_cubin(k))
-            out[name, arch] = sass.tensor_core_ops(sass.opcodes(sass.disassemble(cubin)))
-    return out
+def sass_ops(corpus) -> dict[tuple[str, str], dict[str, int]]:
+    """The tensor-core opcodes of each kernel's real cubin (the one TileLang loads), as disassembled by
+    the compile record."""
+    return {key: sass.tensor_core_ops(sass.opcodes(k.sass)) for key, k in corpus.items()}
 
 
 def test_corpus_covers_every_checked_target():
@@ -102,17 +90,20 @@ def test_corpus_covers_every_checked_target():
         assert set(TARGETS) <= set(VARIANTS[name].sass) | set(VARIANTS[name].unsupported), name
 
 
+@pytest.mark.compile
 def test_every_source_has_one_tensor_core_instruction(sources):
     for key, src in sources.items():
         assert len(instruction_signature(src)) == 1, (key, instruction_signature(src))
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name,arch", CHECKS)
 def test_pattern_matches_its_own_source(sources, name, arch):
     pattern = VARIANTS[name].instructions[arch]
     assert re.search(pattern, sources[STAND_INS.get(name, name), arch]), f"{name} on {arch}: /{pattern}/"
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name,arch", CHECKS)
 def test_pattern_rejects_every_other_instruction_or_dtype(sources, name, arch):
     pattern = VARIANTS[name].instructions[arch]
@@ -122,6 +113,7 @@ def test_pattern_rejects_every_other_instruction_or_dtype(sources, name, arch):
     assert not wrongly, f"{name} on {arch}: /{pattern}/ also matches {wrongly}"
 
 
+@pytest.mark.compile
 def test_fallbacks_named_in_issue_9_fail(sources):
     fp8 = VARIANTS["fp8_e4m3"].instructions
     # wgmma expected on sm_90a: the sm_89 build of the same kernel (mma.sync) is refused
@@ -136,17 +128,20 @@ def test_fallbacks_named_in_issue_9_fail(sources):
 # ---- the SASS checks, on real cubins --------------------------------------------------------------
 
 
+@pytest.mark.compile
 def test_every_kernel_has_one_tensor_core_opcode(sass_ops):
     for key, ops in sass_ops.items():
         assert len(ops) == 1, (key, ops)
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name,arch", SASS_CHECKS)
 def test_sass_pattern_matches_its_own_cubin(sass_ops, name, arch):
     pattern = VARIANTS[name].sass[arch]
     assert not sass.check(pattern, sass_ops[STAND_INS.get(name, name), arch]), (name, arch, sass_ops)
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name,arch", SASS_CHECKS)
 def test_sass_pattern_rejects_every_other_opcode(sass_ops, name, arch):
     pattern = VARIANTS[name].sass[arch]
@@ -159,6 +154,7 @@ def test_sass_pattern_rejects_every_other_opcode(sass_ops, name, arch):
     assert sass.check(pattern, {})  # no tensor-core instruction at all fails
 
 
+@pytest.mark.compile
 def test_sass_classes_per_target(sass_ops):
     """What ptxas makes of TileLang 0.1.15's kernels, class by class (seen; see kernels/*.py)."""
     def classes(key):

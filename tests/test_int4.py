@@ -7,7 +7,6 @@ import re
 import pytest
 import torch
 
-from harness.compile import build
 from kernels import int4
 from kernels.formats import pack_int4, unpack_int4
 from kernels.registry import FORMATS, VARIANTS, Unsupported
@@ -239,31 +238,34 @@ def test_unpack_kernel_factory_rejects_bad_shapes_and_tiles():
 # --- TileLang compile checks -----------------------------------------------------------------
 
 
-def _compile_source(name: str, arch: str, tile: str, shape=(256, 256, 256)) -> str:
+# the tiles config.yaml gives them, at the compile-check shape (the main job's kernels)
+def _compile_source(kernels, name: str, arch: str, tile: str) -> str:
     v = VARIANTS[name]
-    src = build(v, *shape, parse_tile(tile), arch).get_kernel_source()  # as the pipeline compiles it
+    k = kernels(name, tile, arch)
+    assert k.record["status"] == "ok", k.record
+    src = k.source
     assert re.search(v.instructions[arch], src), f"{name} on {arch}: {v.instructions[arch]!r} not in the source"
     return src
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90a"])
-def test_int4_mma_compiles_to_s4_mma(arch):
-    _compile_source("int4_mma", arch, "m64n64k64_s2_t128")
+def test_int4_mma_compiles_to_s4_mma(kernels, arch):
+    _compile_source(kernels, "int4_mma", arch, "m128n128k128_s3_t128")
 
 
 @pytest.mark.compile
-def test_int4_unpack_s8_compiles_to_async_s8_wgmma():
-    src = _compile_source("int4_unpack_s8", "sm_90a", "m64n64k64_s2_t128")
+def test_int4_unpack_s8_compiles_to_async_s8_wgmma(kernels):
+    src = _compile_source(kernels, "int4_unpack_s8", "sm_90a", "m128n256k128_s3_t256_wrow_z8")
     assert "tma_load" in src  # packed tiles arrive by TMA
     assert "wait_wgmma<0>" in src and "warpgroup_wait<" not in src  # no implicit wait after each wgmma
 
 
 @pytest.mark.compile
-def test_int4_unpack_s8_ss_compiles_to_s8_wgmma():
-    _compile_source("int4_unpack_s8_ss", "sm_90a", "m64n64k64_s2_t128")
+def test_int4_unpack_s8_ss_compiles_to_s8_wgmma(kernels):
+    _compile_source(kernels, "int4_unpack_s8_ss", "sm_90a", "m128n256k128_s2_t256_wrow_z8")
 
 
 @pytest.mark.compile
-def test_int8_tilelang_compiles_to_s8_wgmma():
-    _compile_source("int8_tilelang", "sm_90a", "m64n64k64_s2_t128")
+def test_int8_tilelang_compiles_to_s8_wgmma(kernels):
+    _compile_source(kernels, "int8_tilelang", "sm_90a", "m128n256k128_s3_t256_wrow_z8")

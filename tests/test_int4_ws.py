@@ -2,8 +2,6 @@
 (the decoded K order, the factor 256 and its shift, the accumulator bound), the tile and shape rules, and
 what the cross-compiled kernel contains (no GPU needed)."""
 import re
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -95,11 +93,10 @@ def test_shared_memory_counts_both_rings_and_the_output_buffers():
     assert tile_problem(V, t) is None
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    with tempfile.TemporaryDirectory() as tmp:
-        rec = compile_record(V, 256, 256, 1024, parse_tile("m128n256k128_s3_t384_z8"), "sm_90a", Path(tmp))
-        yield rec, (Path(tmp) / "kernel.cu").read_text(), (Path(tmp) / "kernel.sass").read_text()
+@pytest.fixture
+def compiled(kernels):
+    k = kernels(V.name, "m128n256k128_s3_t384_z8")
+    return k.record, k.source, k.sass
 
 
 @pytest.mark.compile
@@ -126,7 +123,6 @@ def test_the_compiled_kernel_overlaps_the_decode_with_the_wgmma(compiled):
     assert runs and max(map(len, runs)) == int4_ws.DECODE_BATCH
 
 
-@pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_89", "sm_100a"])
 def test_int4_ws_is_declared_unsupported_without_wgmma(tmp_path, arch):
     rec = compile_record(V, 256, 256, 512, parse_tile("m128n256k128_s3_t384_z8"), arch, tmp_path)

@@ -1,14 +1,15 @@
 """Nsight Compute profiles: the summary parser on a real H200 export, the ncu command line, the profile
 target's refusals before anything runs, and the report's table of profiles."""
 import json
-import os
+import re
 import shutil
 
 import pandas as pd
 import pytest
-from conftest import REPO, copy_workflow, snakemake, tiny_config
+from conftest import REPO, TINY_TILE, copy_workflow, fake_nvidia_smi, on_path, snakemake, tiny_config
 
 from harness import profile, tables
+from harness.plan import Plan, UnplannedTarget, validate
 
 # `ncu --import R --csv --page raw` of the pipeline's profile of fp8_e4m3 (tile m128n256k128_s4_t256_wrow_z8)
 # at 8192x8192x8192 on the H200 (Nsight Compute 2025.3.1.0), as the profile rule wrote it
@@ -89,24 +90,36 @@ def test_profile_table_lists_each_summary(tmp_path):
     assert tables.profile_table(tmp_path / "nothing").empty
 
 
-@pytest.mark.workflow
-@pytest.mark.parametrize("target,words", [
-    ("results/h200/profile/fp8_e4m3/normal/8192x8192x8192/m64n64k64_s2_t128.summary.json",
-     "profiling runs on a h200 GPU (config platforms.h200.match), and this host has no GPU; nothing was run"),
-    ("results/h200/profile/fp8_e4m3/normal/8192x8192x8192/m1n1k1_s1.summary.json",
-     "fp8_e4m3 times no tile on sm_90a 'm1n1k1_s1'"),
-    ("results/h200/profile/fp8_e4m3/normal/64x64x64/m64n64k64_s2_t128.summary.json",
-     "fp8_e4m3 times no shape '64x64x64'"),
-    ("results/h200/profile/cublas_bf16/normal/8192x8192x8192/m128n256k128_s4_t256_wrow_z8.summary.json",
+PROFILE_CONFIG = tiny_config() | {"sweeps": tiny_config()["sweeps"] | {"gpu": ["8192x8192x8192"]}}
+
+
+@pytest.mark.parametrize("point,words", [
+    (("fp8_e4m3", "normal", "8192x8192x8192", "m1n1k1_s1"), "fp8_e4m3 times no tile on sm_90a 'm1n1k1_s1'"),
+    (("fp8_e4m3", "normal", "64x64x64", TINY_TILE), "fp8_e4m3 times no shape '64x64x64'"),
+    (("cublas_bf16", "normal", "8192x8192x8192", "m128n256k128_s4_t256_wrow_z8"),
      "cublas_bf16 times no tile on sm_90a 'm128n256k128_s4_t256_wrow_z8'; it times: lib"),
-    ("results/h200/profile/fp9/normal/8192x8192x8192/lib.summary.json", "no config entry 'fp9'"),
+    (("fp9", "normal", "8192x8192x8192", "lib"), "no config entry 'fp9'"),
 ])
-def test_profile_target_is_refused_before_anything_runs(tmp_path, target, words):
+def test_a_profile_of_a_point_that_is_not_timed_is_refused(point, words):
+    plan = Plan(validate(PROFILE_CONFIG, check_shapes=False))
+    with pytest.raises(UnplannedTarget, match=re.escape(f"results/h200/profile/{'/'.join(point)}: {words}")):
+        plan.check_profile_point("h200", *point)
+
+
+@pytest.mark.workflow
+def test_profile_target_is_refused_before_anything_runs(tmp_path):
+    """Through Snakemake: the profile rule's own check (a local run on a host without that GPU), and the
+    message of a refusal reaches the user, before any job ran."""
     if shutil.which("nvidia-smi"):
         pytest.skip("a host with a GPU: the no-GPU refusal is not what it gets")
-    wf = copy_workflow(tmp_path, tiny_config() | {"sweeps": tiny_config()["sweeps"] | {"gpu": ["8192x8192x8192"]}})
-    proc = snakemake(wf, target, check=False)
-    assert proc.returncode != 0 and words in " ".join((proc.stdout + proc.stderr).split()), proc.stderr[-3000:]
+    wf = copy_workflow(tmp_path, PROFILE_CONFIG)
+    for target, words in (
+            (f"results/h200/profile/fp8_e4m3/normal/8192x8192x8192/{TINY_TILE}.summary.json",
+             "profiling runs on a h200 GPU (config platforms.h200.match), and this host has no GPU; nothing was run"),
+            ("results/h200/profile/fp8_e4m3/normal/64x64x64/m64n64k64_s2_t128.summary.json",
+             "fp8_e4m3 times no shape '64x64x64'")):
+        proc = snakemake(wf, target, check=False)
+        assert proc.returncode != 0 and words in " ".join((proc.stdout + proc.stderr).split()), proc.stderr[-3000:]
     assert not (wf / "results/inputs").exists() and not (wf / "results/compile").exists()  # nothing ran
 
 
@@ -114,11 +127,7 @@ def test_profile_target_is_refused_before_anything_runs(tmp_path, target, words)
 def test_published_profiles_are_sources_no_report_rebuilds(tmp_path, monkeypatch):
     # on a host where profiling could run (an H200, faked: nvidia-smi is all that planning asks), a report
     # that lists the published profiles must not plan re-profiling them (committed sources, like points)
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H200, 9.0'\n")
-    (fake / "nvidia-smi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    on_path(monkeypatch, fake_nvidia_smi(tmp_path, "NVIDIA H200", "9.0"))
     cfg = tiny_config() | {"report": {"compare_with": ["results/published/h200"], "regression_threshold": 0.05}}
     wf = copy_workflow(tmp_path / "wf", cfg)
     assert list((wf / "results/published/h200/profile").rglob("summary.json"))

@@ -8,11 +8,11 @@ from html import escape as html_escape
 
 import pandas as pd
 import pytest
-from conftest import REPO, copy_workflow, snakemake, tiny_config
+import yaml
+from conftest import REPO, snakemake
 
 from harness import tables  # noqa: E402
 
-pytestmark = pytest.mark.workflow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FIGURES = ["headline", "throughput", "speedup", "roofline", "weight_bandwidth", "accuracy", "compile_matrix", "comparison"]
 
@@ -32,9 +32,9 @@ def render_dom(html_file, tmp_path) -> str:
     return proc.stdout
 
 
-def test_published_report_renders_in_chromium_with_its_numbers(tmp_path):
-    wf = copy_workflow(tmp_path, tiny_config())
-    snakemake(wf, "-f", "results/published/h200/report.html")
+@pytest.mark.workflow
+def test_published_report_renders_in_chromium_with_its_numbers(tiny_run, tmp_path):
+    wf = tiny_run  # the session's run rebuilt the published report from the committed points
     page = wf / "results/published/h200/report.html"
     html = page.read_text()
     assert "src=\"figures/" not in html and html.count("data:image/png;base64,") == len(FIGURES)  # self-contained
@@ -68,21 +68,24 @@ def test_published_report_renders_in_chromium_with_its_numbers(tmp_path):
         assert d["limiter"] in dom and all(html_escape(k) in dom for k in d["kernel_names"]), f
 
 
-def test_cpu_report_shows_published_gpu_numbers_labelled(tmp_path):
-    cfg = tiny_config()
-    # a tolerance no fp8 GEMM meets: its rows are failed, and failed is shown in red
+@pytest.mark.workflow
+def test_cpu_report_shows_published_gpu_numbers_labelled(tiny_run_copy, tmp_path):
+    wf = tiny_run_copy
+    cfg = yaml.safe_load((wf / "config.yaml").read_text())
+    # a tolerance no fp8 GEMM meets: its rows are failed (a changed param reruns the emulation), and
+    # failed is shown in red
     cfg["variants"]["fp8_e4m3"]["tolerance"]["kernel_rel_fro"] = 1e-12
-    (tmp_path / "wf").mkdir()
-    tiny_workflow = copy_workflow(tmp_path / "wf", cfg)
-    snakemake(tiny_workflow)
-    page = tiny_workflow / "results/cpu/report.html"
+    (wf / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    snakemake(wf)
+    page = wf / "results/cpu/report.html"
     html = page.read_text()
     failed_red = "background: #f4b6bf"  # report.STATUS_STYLE["failed"], as pandas writes the CSS
     assert re.search(r"<td[^>]*>failed</td>", html) and failed_red in html
     dom = render_dom(page, tmp_path)
     assert "Not run on a GPU" in dom and "h200 (published)" in dom
     assert re.search(rf'data-figures-loaded="{len(FIGURES)}"', dom)
-    own = pd.read_parquet(tiny_workflow / "results/cpu/tidy.parquet")
+    own = pd.read_parquet(wf / "results/cpu/tidy.parquet")
+    assert set(own[own["variant"] == "fp8_e4m3"]["status"]) == {"failed"}
     worst = own[own["variant"] == "fp8_e4m3"]["total_rel_fro"].max()
     assert f"{worst:.3g}" in dom  # this host's own numerics are in the page
 
@@ -99,11 +102,11 @@ def test_comparison_flags_regressions():
     assert (tables.compare_sets(tidy, tidy, 0.05)["regression"] == "").all()
 
 
-def test_snakemake_report_zip(tiny_workflow):
-    snakemake(tiny_workflow)
-    snakemake(tiny_workflow, "--report", "results/report.zip")
+@pytest.mark.workflow
+def test_snakemake_report_zip(tiny_run_copy):
+    snakemake(tiny_run_copy, "--report", "results/report.zip")
     import zipfile
 
-    names = zipfile.ZipFile(tiny_workflow / "results/report.zip").namelist()
+    names = zipfile.ZipFile(tiny_run_copy / "results/report.zip").namelist()
     for name in FIGURES:
         assert any(n.endswith(f"{name}.png") for n in names), names

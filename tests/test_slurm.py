@@ -1,16 +1,17 @@
 """The pipeline through Snakemake's SLURM executor plugin, on a throwaway one-host cluster
-(.ci/slurm-cluster: partitions cpu, h100, b200; fake GPUs and a fake nvidia-smi per node)."""
+(.ci/slurm-cluster: partitions cpu, h100, b200; fake GPUs and a fake nvidia-smi per node), and that
+cluster itself. One file, so that pytest-xdist (--dist loadfile) runs every test that uses the cluster,
+which is one per host, on one worker."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, copy_workflow, snakemake, tiny_config
-
-pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
+from conftest import REPO, copy_workflow, tiny_config
 
 # the test cluster has no job accounting (sacct fails), its nodes 4 GB: small requests, squeue for status
 SLURM_ARGS = ["--profile", "profiles/slurm", "--slurm-status-command", "squeue",
@@ -51,29 +52,33 @@ def gpu_config(**cluster_of):
     return cfg
 
 
-def test_the_cpu_default_pipeline_through_slurm_gives_the_local_tidy_table(slurm_cluster, tmp_path):
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    # both copies share one kernel cache: the second builds nothing, and the comparison stays about numerics
-    cfg["tilelang_cache"] = str(tmp_path / "tilelang-cache")
-    local, remote = copy_workflow(tmp_path / "local", cfg), copy_workflow(tmp_path / "slurm", cfg)
-    snakemake(local, "--cores", "2")
+@pytest.mark.slurm
+@pytest.mark.workflow
+def test_the_tiny_cpu_pipeline_through_slurm_gives_the_local_tidy_table(slurm_cluster, tiny_run, tmp_path):
+    """The session's tiny CPU run (tests/conftest.py) again, through SLURM, in a copy of the same workflow and
+    config; the local run's kernel cache comes along, so the comparison stays about numerics."""
+    remote = copy_workflow(tmp_path / "slurm", yaml.safe_load((tiny_run / "config.yaml").read_text()))
+    shutil.copytree(tiny_run / ".cache/tilelang", remote / ".cache/tilelang")
     before = {j["id"] for j in slurm_jobs(slurm_cluster)}
     proc = slurm_snakemake(slurm_cluster, remote)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     jobs = [j for j in slurm_jobs(slurm_cluster) if j["id"] not in before]
     ran_on = {j["node"] for j in jobs}
     assert ran_on and ran_on <= {"cpu1", "cpu2"}, ran_on  # CPU jobs only, on the CPU partition
-    # compiles went several to a submission (the profile's group-components); the plugin's comment is
-    # rule_<group>_ followed by the group's rules
-    compiles = [j["comment"].removeprefix("rule_cpu_compile") for j in jobs if j["comment"].startswith("rule_cpu_compile_")]
-    assert compiles and max(c.count("_compile_") for c in compiles) >= 2, [j["comment"] for j in jobs]
-    assert any(j["comment"].startswith("rule_cpu_emulate_") for j in jobs), [j["comment"] for j in jobs]
+    # compiles and emulations went several to a submission (the profile's group-components); the plugin's
+    # comment is rule_<group>_ followed by the group's rules
+    for group, rule in (("cpu_compile", "compile"), ("cpu_emulate", "emulate")):
+        batches = [j["comment"].removeprefix(f"rule_{group}") for j in jobs if j["comment"].startswith(f"rule_{group}_")]
+        assert batches and max(b.count(f"_{rule}_") for b in batches) >= 2, (group, [j["comment"] for j in jobs])
     volatile = ["date", "node"]
-    a, b = (pd.read_csv(w / "results/cpu/tidy.csv").drop(columns=volatile) for w in (local, remote))
-    assert len(a) > 100 and set(a["target"]) == {"cpu"}
-    pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-9)
+    local, cluster = (pd.read_csv(w / "results/cpu/tidy.csv").drop(columns=volatile) for w in (tiny_run, remote))
+    # every planned row: three entries (two of them compiled kernels) at two shapes, all emulated on the CPU
+    assert len(local) == 6 and set(local["target"]) == {"cpu"} and (local["status"] == "ok").all()
+    pd.testing.assert_frame_equal(local, cluster, check_exact=False, rtol=1e-9)
 
 
+@pytest.mark.slurm
+@pytest.mark.workflow
 def test_gpu_platforms_are_planned_on_a_gpu_less_host_and_sent_to_their_partitions(slurm_cluster, tmp_path):
     wf = copy_workflow(tmp_path, gpu_config(h100=("h100", "h100"), b200=("b200", "b200")))
     before = {j["id"] for j in slurm_jobs(slurm_cluster)}
@@ -98,6 +103,8 @@ def test_gpu_platforms_are_planned_on_a_gpu_less_host_and_sent_to_their_partitio
         assert "torch sees no CUDA device" in log, log  # the fake GPU ends it there
 
 
+@pytest.mark.slurm
+@pytest.mark.workflow
 def test_a_job_on_the_wrong_gpu_fails_naming_the_config_key(slurm_cluster, tmp_path):
     # h100's jobs sent to the b200 partition by a wrong cluster entry
     wf = copy_workflow(tmp_path, gpu_config(h100=("b200", "b200")))
@@ -120,6 +127,40 @@ def test_the_slurm_profile_batches_every_group_the_rules_name():
     assert {"gpu_{platform}", "cpu_compile", "cpu_emulate"} <= named, named
     assert groups == {g for n in named for g in ([n.format(platform=p) for p in platforms] if "{" in n else [n])}
     assert "gpu=local" in profile["set-resource-scopes"] and "gpu=1" in profile["resources"]
+
+
+# ---- the test cluster itself: fake GPUs per partition, visible to an srun step like the Snakemake plugin's
+
+# Like snakemake-executor-plugin-slurm-jobstep 0.6.1: drop SLURM_* except the allocation identity, then srun.
+# (Dropping SLURM_JOB_ID too would make srun create a new job in the default partition, i.e. on a cpu node.)
+JOB = """#!/bin/bash
+for v in $(env | grep -o '^SLURM_[A-Z_]*'); do
+  case $v in SLURM_JOB_ID|SLURM_JOBID|SLURM_CLUSTER_NAME|SLURM_SUBMIT_DIR|SLURM_SUBMIT_HOST) ;; *) unset "$v" ;; esac
+done
+srun -n1 nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader,nounits
+echo "rc=$?"
+"""
+
+
+def sbatch(cluster, tmp_path, *args):
+    script, out = tmp_path / "job.sh", tmp_path / "job.out"
+    script.write_text(JOB)
+    proc = cluster.run(["sbatch", "--wait", "-t", "1", "-o", str(out), *args, str(script)], timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return out.read_text()
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("gpu, name, cc", [("h100", "NVIDIA H100 80GB HBM3", "9.0"), ("b200", "NVIDIA B200", "10.0")])
+def test_gpu_partition_sees_its_gpu(slurm_cluster, tmp_path, gpu, name, cc):
+    out = sbatch(slurm_cluster, tmp_path, "-p", gpu, f"--gpus={gpu}:1")
+    assert f"{name}, {cc}\nrc=0" in out, out
+
+
+@pytest.mark.slurm
+def test_cpu_partition_has_no_gpu(slurm_cluster, tmp_path):
+    out = sbatch(slurm_cluster, tmp_path, "-p", "cpu")
+    assert "couldn't communicate with the NVIDIA driver" in out and "rc=9" in out, out
 
 
 if os.environ.get("LPGEMM_AUTO_PLATFORM"):  # a stale resolution would leak into every test run

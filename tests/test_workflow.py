@@ -1,15 +1,16 @@
-"""The Snakemake workflow end to end on a CPU-only host, in a throwaway copy of the repo."""
+"""The Snakemake workflow end to end on a CPU-only host, in throwaway copies of the repo; the config
+checks in-process (harness/plan.py), with a few through Snakemake to show their message reaches the user."""
 import json
-import os
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, copy_workflow, snakemake, tiny_config
+from conftest import REPO, TINY_TILE, copy_workflow, fake_nvidia_smi, on_path, snakemake, tiny_config
 
-pytestmark = pytest.mark.workflow
+from harness.plan import ConfigError, Plan, validate
 
 
+@pytest.mark.workflow
 def test_default_config_dry_run_plans_every_stage():
     proc = snakemake(REPO, "-n", "--forceall", "--quiet", "rules")  # the plan, whatever has already run here
     for rule in ("build_inputs", "compile_fp8_e4m3", "emulate_fp8_e4m3", "emulate_cublas_bf16", "collect", "report"):
@@ -66,14 +67,28 @@ def test_default_config_dry_run_plans_every_stage():
     (lambda c: c["variants"]["fp8_e4m3"]["tiles"].update(default=["m64n64k64_s2_t128_swapab"]),
      "variants.fp8_e4m3.tiles.default: fp8_e4m3's kernel takes plain tiles only"),
 ])
-def test_config_errors_name_the_bad_key(tmp_path, edit, key):
+def test_config_errors_name_the_bad_key(edit, key):
+    cfg = tiny_config()
+    edit(cfg)
+    with pytest.raises(ConfigError) as refused:
+        Plan(validate(cfg))  # what common.smk does before Snakemake plans a job
+    assert str(refused.value).startswith("invalid config:\n  ") and key in str(refused.value)
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("edit,key", [
+    (lambda c: c.update(seeed=1), "invalid config:\n  (top level): Additional properties are not allowed ('seeed'"),
+    (lambda c: c.update(run_on=["h300"]), "invalid config:\n  run_on.0: unknown platform 'h300'"),
+])
+def test_a_config_error_reaches_the_user_through_snakemake(tmp_path, edit, key):
     cfg = tiny_config()
     edit(cfg)
     proc = snakemake(copy_workflow(tmp_path, cfg), "-n", check=False)
     assert proc.returncode != 0
-    assert key in proc.stdout + proc.stderr
+    assert key in proc.stdout + proc.stderr and "Traceback" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.workflow
 def test_gpu_platforms_are_planned_from_a_host_without_a_gpu(tmp_path):
     cfg = tiny_config() | {"run_on": ["h100", "b200"], "targets": ["sm_90a", "sm_100a"]}
     cfg["platforms"]["b200"]["cluster"] = {"partition": "blackwell", "constraint": "b200", "runtime": 20, "mem_mb": 9000}
@@ -95,6 +110,7 @@ def test_gpu_platforms_are_planned_from_a_host_without_a_gpu(tmp_path):
     assert plan.returncode != 0 and "platforms.x999: not in the catalogue" in plan.stdout + plan.stderr
 
 
+@pytest.mark.workflow
 @pytest.mark.compile
 def test_tiles_per_shape_class_compile_and_run_at_their_class_shapes_only(tmp_path):
     cfg = tiny_config() | {"run_on": ["h100"]}
@@ -114,31 +130,19 @@ def test_tiles_per_shape_class_compile_and_run_at_their_class_shapes_only(tmp_pa
         assert [(r["shape"], r["status"]) for r in records] == [(shape, "ok")], records
 
 
-def fake_nvidia_smi(tmp_path, name, cc):
-    """A directory holding an nvidia-smi that reports one GPU (put it first on PATH)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\ncase "$*" in\n  *--query-gpu=name,compute_cap*) echo "{name}, {cc}" ;;\n'
-                   f'  *) echo "{name}, 550.00, 1980" ;;\nesac\n')
-    smi.chmod(0o755)
-    return bin_dir
-
-
 def test_auto_refuses_a_gpu_the_catalogue_does_not_know(tmp_path, monkeypatch):
-    cfg = tiny_config() | {"run_on": ["auto"]}
-    wf = copy_workflow(tmp_path / "wf", cfg)
-    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path, 'NVIDIA H200 NVL', '9.0')}{os.pathsep}{os.environ['PATH']}")
-    proc = snakemake(wf, "-n", check=False)
-    assert proc.returncode != 0
-    assert "run_on: auto: this host's GPU 'NVIDIA H200 NVL' matches no entry of platforms.*.match" in proc.stdout + proc.stderr
+    on_path(monkeypatch, fake_nvidia_smi(tmp_path, "NVIDIA H200 NVL", "9.0"))
+    with pytest.raises(ConfigError, match=r"run_on: auto: this host's GPU 'NVIDIA H200 NVL' matches no entry of "
+                                          r"platforms\.\*\.match"):
+        Plan(validate(tiny_config() | {"run_on": ["auto"]}))
 
 
+@pytest.mark.workflow
 def test_a_job_that_lands_on_another_gpu_fails_and_says_which_key_to_fix(tmp_path, monkeypatch):
     cfg = tiny_config() | {"run_on": ["h100"]}
     cfg["variants"] = {"cublas_bf16": cfg["variants"]["cublas_bf16"]}
     wf = copy_workflow(tmp_path / "wf", cfg)
-    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path, 'NVIDIA B200', '10.0')}{os.pathsep}{os.environ['PATH']}")
+    on_path(monkeypatch, fake_nvidia_smi(tmp_path, "NVIDIA B200", "10.0"))
     target = "results/h100/cublas_bf16/normal/64x128x128.json"
     proc = snakemake(wf, target, check=False)
     assert proc.returncode != 0 and not (wf / target).exists()
@@ -151,12 +155,11 @@ def _mtimes(root):
     return {p: p.stat().st_mtime_ns for p in (root / "results").rglob("*") if p.is_file() and "logs" not in p.parts}
 
 
-def test_tiny_cpu_run_then_rerun_one_variant(tiny_workflow):
-    wf = tiny_workflow
-    snakemake(wf)
-    res = wf / "results"
+@pytest.mark.workflow
+def test_the_tiny_cpu_run_emulates_every_variant_and_records_each_kernel(tiny_run):
+    res = tiny_run / "results"
     tidy = pd.read_csv(res / "cpu/tidy.csv")
-    assert set(tidy["variant"]) == {"fp8_e4m3", "cublas_bf16"}
+    assert set(tidy["variant"]) == {"fp8_e4m3", "fp8_e5m2", "cublas_bf16"}
     assert set(tidy["shape"]) == {"64x128x128", "48x64x128"}
     assert (tidy["tile"] == "emulated").all() and (tidy["status"] == "ok").all()
     assert tidy["throughput"].isna().all()  # nothing is timed without a GPU
@@ -165,10 +168,13 @@ def test_tiny_cpu_run_then_rerun_one_variant(tiny_workflow):
     assert pd.read_parquet(res / "cpu/tidy.parquet").shape == tidy.shape
     cm = pd.read_csv(res / "cpu/compile_matrix.csv")
     assert set(cm["status"]) == {"ok"} and set(cm["instructions"]) == {"wgmma"}
-    # the SASS of every kernel, beside its source: e4m3 wgmma on sm_90a, no spills
-    assert set(cm["sass"]) == {"QGMMA F32.E4M3.E4M3"} and cm["sass_mma"].str.startswith("QGMMA.64x64x32.F32.E4M3.E4M3 x").all()
+    # the SASS of every kernel, beside its source: fp8 wgmma of its own dtype on sm_90a, no spills
+    for variant, dtype in (("fp8_e4m3", "E4M3"), ("fp8_e5m2", "E5M2")):
+        mine = cm[cm["variant"] == variant]
+        assert len(mine) == 1 and set(mine["sass"]) == {f"QGMMA F32.{dtype}.{dtype}"}
+        assert mine["sass_mma"].str.startswith(f"QGMMA.64x64x32.F32.{dtype}.{dtype} x").all()
     assert (cm["sass_local_loads"] + cm["sass_local_stores"] == 0).all() and (cm["registers"] > 0).all()
-    art = res / "compile/fp8_e4m3/artifacts/sm_90a/m64n64k64_s2_t128/64x128x128"
+    art = res / f"compile/fp8_e4m3/artifacts/sm_90a/{TINY_TILE}/64x128x128"
     assert {p.name for p in art.iterdir()} == {"kernel.cu", "kernel.ptx", "kernel.cubin", "kernel.sass"}
     report = (res / "cpu/report.html").read_text()
     assert "Not run on a GPU" in report and "fp8_e4m3" in report and "QGMMA F32.E4M3.E4M3" in report
@@ -177,8 +183,18 @@ def test_tiny_cpu_run_then_rerun_one_variant(tiny_workflow):
     assert len(manifest["fp32"]["tensors"]["A"]["sha256"]) == 64 and len(manifest["fp32"]["file_sha256"]) == 64
     assert sorted(manifest["formats"]) == sorted(p.stem for p in (res / "inputs/normal/64x128x128/formats").glob("*.pt"))
 
+
+def _mtimes(root):
+    return {p: p.stat().st_mtime_ns for p in (root / "results").rglob("*") if p.is_file() and "logs" not in p.parts}
+
+
+@pytest.mark.workflow
+def test_a_finished_run_has_nothing_to_do_and_a_rerun_touches_one_variant(tiny_run_copy):
+    wf = tiny_run_copy
+    res = wf / "results"
     # a second run has nothing to do: kernels come from the project-local TileLang cache
-    assert "Nothing to be done" in snakemake(wf, "-n").stdout + snakemake(wf, "-n").stderr
+    proc = snakemake(wf, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
     assert any((wf / ".cache/tilelang").rglob("*.cu"))
 
     before = _mtimes(wf)
@@ -202,12 +218,14 @@ def test_tiny_cpu_run_then_rerun_one_variant(tiny_workflow):
     cache = wf / ".cache/tilelang"
     entries = sorted(p.name for p in cache.rglob("kernels/*"))
     assert entries
-    record = res / "compile/fp8_e4m3/sm_90a/m64n64k64_s2_t128.json"
+    record = res / f"compile/fp8_e4m3/sm_90a/{TINY_TILE}.json"
     before = record.stat().st_mtime_ns
     snakemake(wf, "--forcerun", "compile_fp8_e4m3", "--until", "compile_fp8_e4m3")
     assert record.stat().st_mtime_ns != before and json.loads(record.read_text())["records"][0]["status"] == "ok"
     assert sorted(p.name for p in cache.rglob("kernels/*")) == entries
 
+
+@pytest.mark.workflow
 def test_lint_is_clean():
     proc = snakemake(REPO, "--lint", check=False)
     assert proc.returncode == 0 and "Lints for" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
