@@ -1,6 +1,6 @@
 """What the whole suite shares: runs and compiles paid for once per session, and markers that are checked.
 
-Tiers (README, "Tests"): the unit tier, `pytest -m "not compile and not workflow and not slurm"`, compiles
+Tiers (README, "Test tiers"): the unit tier, `pytest -m "not compile and not workflow and not slurm"`, compiles
 no kernel and starts no Snakemake; the full suite runs everything. A test that compiles a TileLang kernel
 (in this process) must carry the `compile` marker, one that starts Snakemake or reads a session pipeline
 run the `workflow` marker, one that uses the SLURM test cluster the `slurm` marker: otherwise it fails.
@@ -229,6 +229,9 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     return proc
 
 
+TINY_TILE = "m64n64k64_s2_t128"
+
+
 def tiny_config() -> dict:
     """The default config cut to a CPU run of minutes: two TileLang variants of one small tile (two compile
     jobs, so that a cluster batches them) and the bf16 peer, two small shapes, one distribution."""
@@ -240,11 +243,10 @@ def tiny_config() -> dict:
     keep = {"fp8_e4m3", "fp8_e5m2", "cublas_bf16"}
     cfg["variants"] = {k: v for k, v in cfg["variants"].items() if k in keep}
     for name in ("fp8_e4m3", "fp8_e5m2"):
-        cfg["variants"][name]["tiles"] = {"default": ["m64n64k64_s2_t128"]}
+        cfg["variants"][name]["tiles"] = {"default": [TINY_TILE]}
     return cfg
 
 
-TINY_TILE = "m64n64k64_s2_t128"
 PUBLISHED_TABLES = ("tidy.csv", "point_sets.csv", "compile_matrix.csv", "roofs.csv")
 
 
