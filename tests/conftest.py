@@ -110,6 +110,17 @@ def _watched_popen_init(self, args, *rest, **kwargs):
 subprocess.Popen.__init__ = _watched_popen_init
 
 
+def pytest_collection_modifyitems(items):
+    """The SLURM tests first (pytest-xdist hands out files in this order; the random order stays otherwise):
+    they mostly wait on the cluster's scheduler, so one worker waits there while the others run the rest.
+    Among them, the one that needs the session's tiny run last, by when another worker has made it."""
+    def slurm_first(item):
+        slurm = item.get_closest_marker("slurm") is not None
+        return not slurm, slurm and "tiny_run" in item.fixturenames
+
+    items.sort(key=slurm_first)
+
+
 @pytest.fixture
 def slurm_cluster(slurm_cluster_session):  # noqa: F811  (the imported fixture)
     require_marker("slurm", "uses the SLURM test cluster")

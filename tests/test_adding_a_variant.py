@@ -49,10 +49,10 @@ def toy_config(**changes) -> dict:
     return cfg
 
 
-def planned_rules(wf) -> set[str]:
-    """The rules of a dry run's job stats table (one "<rule> <count>" line each)."""
-    proc = snakemake(wf, "-n", "--quiet", "rules")
-    return set(re.findall(r"^(\w+)\s+\d+\s*$", proc.stdout + proc.stderr, flags=re.MULTILINE))
+def dry_run(wf) -> tuple[set[str], str]:
+    """A dry run: the rules of its job stats table (one "<rule> <count>" line each) and its whole plan."""
+    proc = snakemake(wf, "-n")
+    return set(re.findall(r"^(\w+)\s+\d+\s*$", proc.stdout + proc.stderr, flags=re.MULTILINE)), proc.stdout
 
 
 def test_a_variant_in_a_new_family_module_is_planned_and_runs(tmp_path):
@@ -60,10 +60,9 @@ def test_a_variant_in_a_new_family_module_is_planned_and_runs(tmp_path):
     add_family_module(wf)
 
     # step 3: the dry run shows its compile and emulate jobs
-    rules = planned_rules(wf)
+    rules, plan = dry_run(wf)
     assert {f"compile_{TOY}", f"emulate_{TOY}"} <= rules, rules
     assert f"run_{TOY}" not in rules
-    plan = snakemake(wf, "-n").stdout
     assert f"results/compile/{TOY}/sm_90a/{TILE}.json" in plan and f"results/cpu/{TOY}/normal/{SHAPE}.json" in plan
 
     # ... and its emulation runs: an ok row of the new variant and family
@@ -78,9 +77,8 @@ def test_a_variant_in_a_new_family_module_is_planned_and_runs(tmp_path):
 def test_a_variant_in_a_new_family_module_is_planned_on_a_gpu_platform(tmp_path):
     wf = copy_workflow(tmp_path / "h200", toy_config(run_on=["h200"]))  # planned from this GPU-less host
     add_family_module(wf)
-    rules = planned_rules(wf)
+    rules, plan = dry_run(wf)
     assert {f"run_{TOY}", f"compile_{TOY}", f"compile_{TOY}_sweep"} <= rules, rules
     assert f"emulate_{TOY}" not in rules
-    plan = snakemake(wf, "-n").stdout
     assert f"results/h200/{TOY}/normal/{SHAPE}.json" in plan
     assert f"results/compile/{TOY}/sm_90a/sweep/{TILE}.json" in plan
