@@ -4,9 +4,9 @@ cluster itself. One file, so that pytest-xdist (--dist loadfile) runs every test
 which is one per host, on one worker."""
 import os
 import re
-import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,25 +19,38 @@ SLURM_ARGS = ["--profile", "profiles/slurm", "--slurm-status-command", "squeue",
               "--default-resources", "slurm_partition=cpu", "runtime=10", "mem_mb=500"]
 
 
-def slurm_snakemake(cluster, workdir, *args, timeout=1500):
-    """snakemake through the SLURM plugin; bounded, since a lost status query would otherwise hang it."""
-    env = dict(cluster.env, PYTHONPATH=str(workdir))
-    env.pop("LPGEMM_AUTO_PLATFORM", None)
-    try:
-        return subprocess.run([sys.executable, "-m", "snakemake", *SLURM_ARGS, *args], cwd=workdir, env=env,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"snakemake via SLURM did not finish in {timeout} s:\n{(e.stdout or '')[-3000:]}")
+class SlurmRun:
+    """snakemake through the SLURM plugin, started in the background (the two pipeline runs below share the
+    cluster at once: each waits on the scheduler most of its time); ``result`` waits for it, bounded, since a
+    lost status query would otherwise hang it."""
+
+    def __init__(self, cluster, workdir: Path, *args: str, timeout: float):
+        env = dict(cluster.env, PYTHONPATH=str(workdir))
+        env.pop("LPGEMM_AUTO_PLATFORM", None)
+        self.workdir, self.timeout, self.cluster = workdir, timeout, cluster
+        self.proc = subprocess.Popen([sys.executable, "-m", "snakemake", *SLURM_ARGS, *args], cwd=workdir, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(self) -> tuple[subprocess.Popen, str, str, list[dict]]:
+        """The process, its stdout and stderr, and the cluster jobs it submitted (those of its folder)."""
+        try:
+            out, err = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            pytest.fail(f"snakemake via SLURM did not finish in {self.timeout} s:\n{out[-3000:]}\n{err[-3000:]}")
+        return self.proc, out, err, [j for j in slurm_jobs(self.cluster) if j["workdir"] == str(self.workdir)]
 
 
 def slurm_jobs(cluster):
     """Every job the cluster still knows (MinJobAge keeps finished ones), as scontrol reports it: the
-    submission's partition, GPU request (TresPerJob), node and comment (the plugin writes the rule there)."""
+    submission's partition, GPU request (TresPerJob), node, comment (the plugin writes the rule there) and
+    the folder it was submitted from."""
     out = cluster.run(["scontrol", "-o", "show", "job"], timeout=30).stdout
     jobs = [dict(re.findall(r"(\w+)=(\S*)", line)) for line in out.splitlines() if line.startswith("JobId=")]
     return [{"id": j["JobId"], "partition": j.get("Partition"), "gpus": j.get("TresPerJob", ""),
              "node": j.get("NodeList"), "comment": j.get("Comment", ""), "start": j.get("StartTime"),
-             "end": j.get("EndTime")} for j in jobs]
+             "end": j.get("EndTime"), "workdir": j.get("WorkDir")} for j in jobs]
 
 
 def gpu_config(**cluster_of):
@@ -52,17 +65,24 @@ def gpu_config(**cluster_of):
     return cfg
 
 
+@pytest.fixture(scope="module")
+def pipeline_runs(slurm_cluster_session, tmp_path_factory):
+    """Both pipeline runs on the cluster, started together by the first test that needs one: the tiny CPU
+    pipeline (tests/conftest.py: tiny_config) and three GPU platforms planned from this GPU-less host, h200
+    sent to the b200 partition by a wrong cluster entry."""
+    root = tmp_path_factory.mktemp("slurm-runs")
+    cpu = copy_workflow(root / "cpu", tiny_config())
+    gpu = copy_workflow(root / "gpu", gpu_config(h100=("h100", "h100"), b200=("b200", "b200"), h200=("b200", "b200")))
+    return {"cpu": SlurmRun(slurm_cluster_session, cpu, timeout=1200),
+            "gpu": SlurmRun(slurm_cluster_session, gpu, "--keep-going", timeout=900)}
+
+
 @pytest.mark.slurm
 @pytest.mark.workflow
-def test_the_tiny_cpu_pipeline_through_slurm_gives_the_local_tidy_table(slurm_cluster, tiny_run, tmp_path):
-    """The session's tiny CPU run (tests/conftest.py) again, through SLURM, in a copy of the same workflow and
-    config; the local run's kernel cache comes along, so the comparison stays about numerics."""
-    remote = copy_workflow(tmp_path / "slurm", yaml.safe_load((tiny_run / "config.yaml").read_text()))
-    shutil.copytree(tiny_run / ".cache/tilelang", remote / ".cache/tilelang")
-    before = {j["id"] for j in slurm_jobs(slurm_cluster)}
-    proc = slurm_snakemake(slurm_cluster, remote)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    jobs = [j for j in slurm_jobs(slurm_cluster) if j["id"] not in before]
+def test_the_tiny_cpu_pipeline_through_slurm_gives_the_local_tidy_table(slurm_cluster, pipeline_runs, tiny_run):
+    """The session's tiny CPU run (tests/conftest.py), again through SLURM, in a copy of the same workflow and config."""
+    proc, out, err, jobs = pipeline_runs["cpu"].result()
+    assert proc.returncode == 0, out[-3000:] + err[-5000:]
     ran_on = {j["node"] for j in jobs}
     assert ran_on and ran_on <= {"cpu1", "cpu2"}, ran_on  # CPU jobs only, on the CPU partition
     # compiles and emulations went several to a submission (the profile's group-components); the plugin's
@@ -71,6 +91,7 @@ def test_the_tiny_cpu_pipeline_through_slurm_gives_the_local_tidy_table(slurm_cl
         batches = [j["comment"].removeprefix(f"rule_{group}") for j in jobs if j["comment"].startswith(f"rule_{group}_")]
         assert batches and max(b.count(f"_{rule}_") for b in batches) >= 2, (group, [j["comment"] for j in jobs])
     volatile = ["date", "node"]
+    remote = pipeline_runs["cpu"].workdir
     local, cluster = (pd.read_csv(w / "results/cpu/tidy.csv").drop(columns=volatile) for w in (tiny_run, remote))
     # every planned row: three entries (two of them compiled kernels) at two shapes, all emulated on the CPU
     assert len(local) == 6 and set(local["target"]) == {"cpu"} and (local["status"] == "ok").all()
@@ -79,15 +100,13 @@ def test_the_tiny_cpu_pipeline_through_slurm_gives_the_local_tidy_table(slurm_cl
 
 @pytest.mark.slurm
 @pytest.mark.workflow
-def test_gpu_platforms_are_planned_on_a_gpu_less_host_and_sent_to_their_partitions(slurm_cluster, tmp_path):
+def test_gpu_platforms_are_planned_on_a_gpu_less_host_and_sent_to_their_partitions(slurm_cluster, pipeline_runs):
     """One run of three GPU platforms: h100 and b200 to their own partitions, and h200 sent to the b200
     partition by a wrong cluster entry, whose jobs must fail naming the config keys to fix."""
-    wf = copy_workflow(tmp_path, gpu_config(h100=("h100", "h100"), b200=("b200", "b200"), h200=("b200", "b200")))
-    before = {j["id"] for j in slurm_jobs(slurm_cluster)}
-    proc = slurm_snakemake(slurm_cluster, wf, "--keep-going", timeout=600)
+    proc, _, _, jobs = pipeline_runs["gpu"].result()
+    wf = pipeline_runs["gpu"].workdir
     # the GPUs are fake: each GPU job lands, checks its GPU, then finds no CUDA device (or the wrong GPU) and fails
     assert proc.returncode != 0
-    jobs = [j for j in slurm_jobs(slurm_cluster) if j["id"] not in before]
     gpu_jobs = [j for j in jobs if j["partition"] in ("h100", "b200")]
     # each platform's run and ceilings jobs, in allocations of its group gpu_<platform>, on the partition its
     # cluster entry names
