@@ -9,6 +9,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
 STATUS_CODE = {"ok": 0, "unsupported": 1, "failed": 2}
@@ -49,39 +50,91 @@ def throughput(panel_rows: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
+# how a paired ratio's verdict is marked above its bar (and in the heat map): its interval against parity
+VERDICT_MARKS = {"faster": ("^", "#2a7f3f", "▲"), "same": ("o", "#777777", "="), "slower": ("v", "#c0392b", "▼")}
+
+
+def _is_paired(sp: pd.DataFrame) -> pd.Series:
+    return sp["speedup_method"].eq("paired") if "speedup_method" in sp else pd.Series(False, index=sp.index)
+
+
 def headline_speedup(sp: pd.DataFrame, title: str) -> plt.Figure:
-    """Per family, each TileLang variant's speedup over its matched peer per shape; 1.0 = parity."""
+    """Per family, each TileLang variant's speedup over its matched peer per shape; 1.0 = parity. A paired
+    ratio carries its 95 % interval (error bar) and its verdict (a mark above the bar: faster, same, slower);
+    an unpaired one (timed in separate jobs) has neither, and is hatched where paired ones are beside it."""
     if sp.empty or sp["speedup"].notna().sum() == 0:
         return message(f"{title}: no speedups (no variant and its matched peer both timed in this set)")
     data = sp.dropna(subset=["speedup"])
+    paired = _is_paired(data)
     fams = sorted(data["family"].unique())
     fig, axes = plt.subplots(1, len(fams), figsize=(4.6 * len(fams) + 1.5, 4.4), squeeze=False)
     for ax, fam in zip(axes[0], fams, strict=True):
         sub = data[data["family"] == fam]
         order = sorted(sub["shape"].unique(), key=_shape_key)
-        peers = ", ".join(sorted(sub["baseline"].unique()))
-        sns.barplot(data=sub, x="shape", y="speedup", hue="variant", order=order, ax=ax, errorbar=None,
-                    palette="tab10")
+        names = sorted(sub["variant"].unique())
+        colors = sns.color_palette("tab10", len(names))
+        width = 0.8 / len(names)
+        for i, (name, color) in enumerate(zip(names, colors, strict=True)):
+            rows = sub[sub["variant"] == name].drop_duplicates("shape").set_index("shape").reindex(order)
+            x = np.arange(len(order)) - 0.4 + width * (i + 0.5)
+            is_paired = _is_paired(rows).to_numpy()
+            hatch = [None if p or not paired.any() else "//" for p in is_paired]
+            bars = ax.bar(x, rows["speedup"], width, color=color, edgecolor="white", lw=0.5)
+            for bar, h in zip(bars, hatch, strict=True):
+                bar.set_hatch(h)
+            if not is_paired.any():
+                continue
+            lo = rows.get("speedup_lo", pd.Series(np.nan, index=rows.index)).to_numpy(float)
+            hi = rows.get("speedup_hi", pd.Series(np.nan, index=rows.index)).to_numpy(float)
+            mid = rows["speedup"].to_numpy(float)
+            bounded = is_paired & np.isfinite(lo) & np.isfinite(hi)
+            ax.errorbar(x[bounded], mid[bounded], yerr=[mid[bounded] - lo[bounded], hi[bounded] - mid[bounded]],
+                        fmt="none", ecolor="#222", elinewidth=0.9, capsize=1.5)
+            top = np.where(bounded, hi, mid)
+            for verdict, (marker, mark_color, _) in VERDICT_MARKS.items():
+                hit = is_paired & (rows["verdict"] == verdict).to_numpy()
+                ax.scatter(x[hit], top[hit] * 1.03, marker=marker, s=14, color=mark_color, zorder=5)
         ax.axhline(1.0, color="#222", lw=1.4, ls="--")
-        ax.set_title(f"{fam}\nvs {peers}", fontsize=10)
-        ax.set_xlabel("")
+        ax.set_xticks(np.arange(len(order)), order)
+        ax.set_title(f"{fam}\nvs {', '.join(sorted(sub['baseline'].unique()))}", fontsize=10)
         ax.set_ylabel("speedup over matched peer" if ax is axes[0][0] else "")
         ax.tick_params(axis="x", rotation=60, labelsize=7)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.42), frameon=False, ncol=1)
-    fig.suptitle(title, y=1.02)
+        # one plain patch per variant (its first bar may be hatched), then the verdict marks
+        handles = [Patch(facecolor=c) for c in colors]
+        labels = list(names)
+        if paired[sub.index].any():
+            handles += [plt.Line2D([], [], ls="", marker=m, color=c) for m, c, _ in VERDICT_MARKS.values()]
+            labels += [f"{v} (95 % interval vs 1)" for v in VERDICT_MARKS]
+        ax.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.42), frameon=False, ncol=1)
+    how = ("paired (alternated in one process): bars with 95 % intervals, mark = verdict"
+           + ("; hatched: unpaired (separate jobs)" if not paired.all() else "") if paired.any()
+           else "unpaired ratios of best-tile throughputs timed in separate jobs (no interval)")
+    fig.suptitle(f"{title}\n{how}", y=1.09)
     return fig
 
 
 def speedup(sp: pd.DataFrame, title: str) -> plt.Figure:
+    """Heat map of the speedup over the matched peer per variant and shape; a paired ratio's cell also
+    carries its verdict (▲ faster, = same, ▼ slower)."""
     if sp.empty:
         return message(f"{title}: no speedups (no variant and its baseline both timed)")
-    grid = sp.pivot_table(index="variant", columns="shape", values="speedup", aggfunc="max")
+    data = sp.dropna(subset=["speedup"]).sort_values("speedup", ascending=False).drop_duplicates(["variant", "shape"])
+    if data.empty:
+        return message(f"{title}: no speedups (no variant and its baseline both timed)")
+    marks = {v: m for v, (_, _, m) in VERDICT_MARKS.items()}
+    verdict = data["verdict"] if "verdict" in data else pd.Series(np.nan, index=data.index)
+    data = data.assign(label=[f"{s:.2f}" + (f" {marks[v]}" if p and v in marks else "")
+                              for s, v, p in zip(data["speedup"], verdict, _is_paired(data), strict=True)])
+    grid = data.pivot(index="variant", columns="shape", values="speedup")
     grid = grid[sorted(grid.columns, key=_shape_key)]
+    labels = data.pivot(index="variant", columns="shape", values="label").reindex_like(grid).fillna("")
     fig, ax = plt.subplots(figsize=(min(2 + 0.9 * grid.shape[1], 18), 1.2 + 0.42 * grid.shape[0]))
-    sns.heatmap(grid, annot=True, fmt=".2f", center=1.0, cmap="RdBu", vmin=0, vmax=2, ax=ax,
-                cbar_kws={"label": "speedup over matched peer"}, linewidths=0.5)
+    sns.heatmap(grid, annot=labels, fmt="", center=1.0, cmap="RdBu", vmin=0, vmax=2, ax=ax,
+                cbar_kws={"label": "speedup over matched peer"}, linewidths=0.5, annot_kws={"fontsize": 8})
     ax.grid(False)
-    ax.set_title(title)
+    how = ("paired ratios marked ▲ faster, = same, ▼ slower (95 % interval vs 1)" if _is_paired(data).any()
+           else "unpaired ratios (separate jobs)")
+    ax.set_title(f"{title}\n{how}")
     ax.set_xlabel("")
     ax.set_ylabel("")
     return fig

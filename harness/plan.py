@@ -133,6 +133,7 @@ def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True
             raise ConfigError(f"variants.{name}: target {target} has no instruction check ({source_file}.py "
                               "Variant.sass and Variant.instructions) and no declared unsupported reason")
     check_targets(cfg)
+    check_timing(cfg)
     if check_shapes:
         check_shapes_fit_formats(cfg)
     cfg.setdefault("tilelang_cache", ".cache/tilelang")
@@ -164,6 +165,25 @@ def check_tiles(cfg: dict, name: str, impl: str, class_names: list[str]) -> None
                 problem = str(e)
             if problem:
                 raise ConfigError(f"{key}.{cls}: {problem}" if cls else f"{key}: {problem}")
+
+
+PAIRING_DEFAULTS = {"target_halfwidth": 0.005, "min_rounds": 30, "max_rounds": 400, "aa_shapes": []}
+SUSTAINED_DEFAULTS = {"shapes": [], "min_settle_s": 1.0, "max_settle_s": 5.0}
+
+
+def check_timing(cfg: dict) -> None:
+    """Paired timing's bounds in order and its defaults filled in. Sustained and A/A shapes apply where an
+    entry times them: a config that overrides the sweeps keeps the default lists without an error."""
+    timing = cfg["timing"]
+    pairing = timing["pairing"] = PAIRING_DEFAULTS | timing.get("pairing", {})
+    sustained = timing["sustained"] = SUSTAINED_DEFAULTS | timing.get("sustained", {})
+    if pairing["min_rounds"] > pairing["max_rounds"]:
+        raise ConfigError(f"timing.pairing.min_rounds: {pairing['min_rounds']} is more than max_rounds "
+                          f"{pairing['max_rounds']}")
+    if sustained["min_settle_s"] > sustained["max_settle_s"]:
+        raise ConfigError(f"timing.sustained.min_settle_s: {sustained['min_settle_s']} is more than max_settle_s "
+                          f"{sustained['max_settle_s']}")
+
 
 
 def check_shape_classes(cfg: dict) -> list[str]:
@@ -365,6 +385,29 @@ class Plan:
         shapes = {s for e in own for s in self.variant_shapes(e, "gpu")}
         return own + [e for e in self.entries if e not in own and self.impl(e).name in peers
                       and shapes & set(self.variant_shapes(e, "gpu"))]
+
+    def peer_entry(self, entry: str, role: str, dist: str, shape: str) -> str | None:
+        """The config entry that times an entry's peer (``role``: "baseline", the matched peer, or
+        "second_baseline") at one GPU point, or None: the first entry running that registered variant at
+        that distribution and shape. Its run record says whether the peer passed its checks there."""
+        peer = getattr(self.impl(entry), role)
+        return next((e for e in self.entries if peer and self.impl(e).name == peer and dist in self.variant_dists(e)
+                     and shape in self.variant_shapes(e, "gpu")), None)
+
+    def peer_points(self, entry: str, platform: str, dist: str) -> dict[str, dict[str, dict]]:
+        """Per GPU shape of an entry, its peers by role (those some entry times there): the peer's entry,
+        registered variant, run record and input file; what a paired run job reads (harness/runner.py)."""
+        out: dict[str, dict[str, dict]] = {}
+        if kind(platform) != "gpu" or self.impl(entry).family == "baseline":
+            return out
+        for shape in self.variant_shapes(entry, "gpu"):
+            for role in ("baseline", "second_baseline"):
+                if (peer := self.peer_entry(entry, role, dist, shape)) is not None:
+                    v = self.impl(peer)
+                    out.setdefault(shape, {})[role] = {
+                        "entry": peer, "variant": v.name, "record": f"results/{platform}/{peer}/{dist}/{shape}.json",
+                        "format_file": f"results/inputs/{dist}/{shape}/formats/{v.input_format}.pt"}
+        return out
 
     def check_profile_point(self, platform: str, entry: str, dist: str, shape: str, tile: str) -> None:
         """A profile is of a point the entry times on that platform: its shape, distribution and tile there."""

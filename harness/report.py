@@ -26,7 +26,13 @@ THR = {"throughput": "{:.1f}", "weight_TBps": "{:.3f}", "baseline_throughput": "
        "second_baseline_throughput": "{:.1f}", "speedup_vs_second": "{:.3f}", "time_ms_median": "{:.4g}",
        "time_ms_p20": "{:.4g}", "time_ms_p80": "{:.4g}", "pct_of_peak": "{:.1f}", "pct_of_roof": "{:.1f}",
        "pct_of_measured_best": "{:.1f}", "peak": "{:.0f}", "roof": "{:.0f}", "measured_best": "{:.0f}",
-       "intensity": "{:.1f}"}
+       "intensity": "{:.1f}", "speedup_lo": "{:.3f}", "speedup_hi": "{:.3f}", "speedup_unpaired": "{:.3f}",
+       "speedup_vs_second_lo": "{:.3f}", "speedup_vs_second_hi": "{:.3f}", "aa_ratio": "{:.4f}", "aa_halfwidth": "{:.2%}",
+       "pair_rounds": "{:.0f}", "sm_clock_mhz_median": "{:.0f}", "sustained_speedup": "{:.3f}",
+       "sustained_speedup_lo": "{:.3f}", "sustained_speedup_hi": "{:.3f}", "sustained_sm_clock_mhz_median": "{:.0f}"}
+# a paired ratio's verdict cell: green faster, red slower (same: plain); an A/A that did not read "same": pink
+VERDICT_STYLE = {"faster": "background:#d5eedb", "slower": "background:#f4b6bf"}
+VERDICT_COLUMNS = ("verdict", "verdict_vs_second", "sustained_verdict")
 ERR = {c: "{:.3g}" for c in ("total_rel_fro", "kernel_rel_fro", "total_calc_diff", "kernel_calc_diff",
                              "tol_total_rel_fro", "tol_kernel_rel_fro")}
 THROUGHPUT_COLUMNS = ["dist", "shape", "variant", "tile", "throughput", "ops_unit", "weight_TBps", "time_ms_median",
@@ -103,7 +109,20 @@ def table(df: pd.DataFrame, highlight: str | None = None, fmt: dict | None = Non
         val = df[highlight].astype(str)
         style = val.map(lambda v: STATUS_STYLE.get(v, "" if v in ("", "ok") else "background:#fbe3e6"))
         sty = sty.apply(lambda r: [style.loc[r.name] for _ in r], axis=1)
+    verdicts = [c for c in VERDICT_COLUMNS if c in df]
+    if verdicts:
+        sty = sty.map(lambda v: VERDICT_STYLE.get(v, ""), subset=verdicts)
+    if "aa_verdict" in df:
+        sty = sty.map(lambda v: "background:#fbe3e6" if isinstance(v, str) and v != "same" else "", subset=["aa_verdict"])
     return sty.to_html(table_attributes='class="tbl"')
+
+
+def shown_speedups(sp: pd.DataFrame) -> pd.DataFrame:
+    """The speedup table as the page shows it: a set timed before pairing without the paired-only columns
+    (``speedup_method`` still says each ratio is unpaired), a paired set without the ones no point filled."""
+    if not (sp["speedup_method"] == tables.PAIRED).any():
+        return sp.drop(columns=tables.PAIRED_ONLY)
+    return sp.drop(columns=[c for c in tables.PAIRED_ONLY if sp[c].isna().all()])
 
 
 def load_sets(result_dir: str | Path, label: str, limits: Mapping[str, dict | None],
@@ -171,7 +190,21 @@ def headline_section(t: Timed | None, variants: Mapping[str, Variant], figs: Fig
             + figs.embed(figures.headline_speedup(
                 sp0[sp0["variant"].map(lambda v: variants[v].kernel is not None)],
                 f"{t.label}: each TileLang variant over the library call with the same accumulation semantics "
-                f"({t.dist0} inputs; dashed line: parity)"), "headline"))
+                f"({t.dist0} inputs; dashed line: parity)"), "headline")
+            + f"<p>{method_note(t.speedups)}</p>")
+
+
+def method_note(sp: pd.DataFrame) -> str:
+    """How this set's ratios were taken, in one sentence (README: How a speedup is taken)."""
+    n_paired = int((sp["speedup_method"] == tables.PAIRED).sum())
+    n_unpaired = int((sp["speedup_method"] == tables.UNPAIRED).sum())
+    if not n_paired:
+        return (f"All {n_unpaired} ratios are <b>unpaired</b>: best-tile throughputs of the variant and its peer, "
+                "timed in separate jobs (no interval, no verdict).")
+    text = (f"{n_paired} ratios are <b>paired</b>: the variant and its peer timed strictly alternated in one process, "
+            "the median of per-round ratios with its 95 % interval; <i>faster</i> or <i>slower</i> when the interval "
+            "excludes 1, else <i>same</i>.")
+    return text + (f" {n_unpaired} are unpaired (separate jobs, no interval)." if n_unpaired else "")
 
 
 def at_a_glance_section(acc: pd.DataFrame, t: Timed | None, peers: Peers) -> str:
@@ -185,6 +218,11 @@ def at_a_glance_section(acc: pd.DataFrame, t: Timed | None, peers: Peers) -> str
         glance[f"geomean_speedup ({t.label})"] = glance["variant"].map(g["geomean_speedup"])
         glance["second_baseline"] = glance["variant"].map(peers.second_of)
         glance["geomean_speedup_vs_second"] = glance["variant"].map(g["geomean_speedup_vs_second"])
+        # faster / same / slower: paired ratios by their interval; unpaired: no verdict (separate jobs)
+        counts = tables.verdict_counts(t.speedups).set_index("variant")
+        paired = bool(counts[list(tables.VERDICTS)].to_numpy().sum())
+        for col in (*tables.VERDICTS, "unpaired") if paired else ("unpaired",):
+            glance[col] = glance["variant"].map(counts[col]).astype("Int64")
     glance["status"] = np.where(glance["failed"] > 0, "failed", "ok")
     fmt = {**{c: "{:.3g}" for c in glance.columns if "rel_fro" in c}, **{c: "{:.3f}" for c in glance.columns if "speedup" in c}}
     return "<h2>At a glance</h2>" + table(glance, highlight="status", fmt=fmt)
@@ -245,7 +283,33 @@ def speedup_section(t: Timed | None, figs: Figures) -> str:
             + figs.embed(figures.speedup(sp0, f"{t.label}: speedup over the matched peer ({t.dist0} inputs)"), "speedup")
             + "<h3>Geometric mean per variant</h3>"
             + table(t.geomean, fmt={"geomean_speedup": "{:.3f}", "geomean_speedup_vs_second": "{:.3f}"})
-            + table(t.speedups, fmt=THR))
+            + f"<h3>Every ratio</h3><p>{method_note(t.speedups)}</p>"
+            + table(shown_speedups(t.speedups), fmt=THR)
+            + aa_section(t.speedups) + power_state_section(t.speedups))
+
+
+def aa_section(sp: pd.DataFrame) -> str:
+    """The A/A check: how wide the variant's interval against itself is per family, and any that was not "same"."""
+    per_family, off = tables.aa_checks(sp)
+    if per_family.empty:
+        return ""
+    return ("<h3>A/A check</h3><p>Each paired variant is also paired with itself; its ratio must read <i>same</i>. "
+            "The worst A/A half-width per family is the resolution of that family's verdicts.</p>"
+            + table(per_family.assign(status=np.where(per_family["aa_not_same"] > 0, "A/A not same", "")),
+                    highlight="status", fmt={"worst_aa_halfwidth": "{:.2%}"})
+            + ("<p>A/A checks that did not read <i>same</i>:</p>" + table(off, fmt=THR) if len(off) else ""))
+
+
+def power_state_section(sp: pd.DataFrame) -> str:
+    """Cold and sustained ratios side by side where a point has both, with each window's SM clock and throttle flag."""
+    both = tables.power_states(sp)
+    if both.empty:
+        return ""
+    n_differ = int((both["verdicts"] == "differ").sum())
+    return ("<h3>Power state</h3><p>Cold: timed in the burst right after the checks; sustained: timed again after "
+            "the pair ran back to back until the SM clock settled. Throttled: the window's lowest SM clock under 75 % "
+            f"of the default clock. {n_differ} of {len(both)} points change verdict between the two states "
+            "(highlighted).</p>" + table(both, highlight="verdicts", fmt=THR))
 
 
 def roofline_section(t: Timed | None, figs: Figures) -> str:

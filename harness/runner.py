@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
-from harness import bench
+from harness import bench, power
 from harness import compile as kcompile
 from harness.metrics import error_metrics
+from harness.stats import StoppingRule
 from kernels.registry import Operands, Unsupported, Variant, get_format
 from kernels.tiles import EMULATED, LIBRARY, Tile
 
@@ -101,13 +105,114 @@ def prepared(variant: Variant, ops: Operands) -> Operands:
     return ops | variant.prepare(ops) if variant.prepare else dict(ops)
 
 
+@dataclass
+class Peer:
+    """A peer (``role``: "baseline", the matched peer, or "second_baseline") ready to be timed beside a
+    variant at one point: its operands (of its own format, from the same inputs), and the tile its own
+    run found fastest within tolerance (None for a library call). ``skip``: why it cannot be paired."""
+    role: str
+    variant: Variant
+    ops: Operands | None = None
+    tile: Tile | None = None
+    skip: str = ""
+
+
+@dataclass
+class Pairing:
+    """How a point's fastest tile is timed against its peers (harness/bench.py ``time_paired``): the
+    stopping rule, the A/A check, and the settle time of the sustained state (None: cold only).
+    ``samples`` receives each state's per-round times, for the run record."""
+    peers: list[Peer]
+    rule: StoppingRule
+    warmup: int
+    arch: str
+    aa_check: bool = True
+    sustained: tuple[float, float] | None = None
+    nvml: power.Nvml | None = None
+    nvml_error: str = ""
+    samples: dict = field(default_factory=dict)
+
+
+# the contender names of a paired window: the variant, its peers by role, and the variant again (A/A)
+VARIANT, AA = "variant", "aa"
+# per comparison: (reference, contender) and the column stem of its ratio
+COMPARISONS = {"baseline": ("pair_speedup", "pair_verdict"), "second_baseline": ("pair_speedup_vs_second", "pair_verdict_vs_second"),
+               AA: ("pair_aa_ratio", "pair_aa_verdict")}
+
+
+def peer_call(peer: Peer, M: int, N: int, K: int, arch: str) -> tuple[Callable[[], object], set[str] | None]:
+    """The peer's timed call on its own operands, and the kernel names its window may hold (a TileLang
+    peer: its own kernels; a library call: any, recorded)."""
+    kernel = kcompile.build(peer.variant, M, N, K, peer.tile, arch) if peer.tile is not None else None
+    own = kernel_names(kernel.get_kernel_source()) if kernel is not None else None
+    dev_ops = prepared(peer.variant, {k: v.cuda() for k, v in peer.ops.items()})
+    launch = peer.variant.launch
+    return (lambda: launch(kernel, dev_ops)), own
+
+
+def pair_columns(result: dict, prefix: str, names: dict[str, str]) -> dict:
+    """The tidy columns of one paired window (``prefix``: "" cold, "sustained_"): each comparison's
+    median, interval, verdict, the A/A half-width, the rounds, the stop reason and the power state."""
+    cols = {f"{prefix}pair_rounds": result["rounds"], f"{prefix}pair_stop": result["stop"]}
+    for role, (stem, verdict) in COMPARISONS.items():
+        r = result["ratios"].get(role)
+        if r is None:
+            continue
+        cols |= {f"{prefix}{stem}": r.median, f"{prefix}{stem.replace('_ratio', '')}_lo": r.lo,
+                 f"{prefix}{stem.replace('_ratio', '')}_hi": r.hi, f"{prefix}{verdict}": r.verdict}
+    if "baseline" in result["ratios"]:
+        cols[f"{prefix}pair_peer"] = names["baseline"]
+        cols[f"{prefix}pair_halfwidth"] = result["ratios"]["baseline"].halfwidth
+    if "second_baseline" in result["ratios"]:
+        cols[f"{prefix}pair_second"] = names["second_baseline"]
+    if AA in result["ratios"]:
+        cols[f"{prefix}pair_aa_halfwidth"] = result["ratios"][AA].halfwidth
+    cols |= {f"{prefix}pair_{role}_ms": statistics.median(t) for role, t in result["times_ms"].items()}
+    cols |= {f"{prefix}{k}": v for k, v in result["power"].items()}
+    if prefix:
+        cols |= {f"{prefix}settle_s": result["settle_s"], f"{prefix}settled": result["settled"]}
+    return cols
+
+
+def pair_point(variant_call: Callable[[], object], own: set[str] | None, pairing: Pairing, M: int, N: int, K: int) -> dict:
+    """Time the variant's fastest tile against its peers, strictly alternated, in each power state; the
+    columns of ``pair_columns`` plus ``pair_skipped`` (peers that could not be paired, and why)."""
+    calls, owns, names, skipped = {VARIANT: variant_call}, {VARIANT: own}, {}, []
+    for peer in pairing.peers:
+        if peer.skip:
+            skipped.append(f"{peer.role} {peer.variant.name}: {peer.skip}")
+            continue
+        try:
+            calls[peer.role], owns[peer.role] = peer_call(peer, M, N, K, pairing.arch)
+            names[peer.role] = peer.variant.name
+        except Exception as e:  # a peer that cannot be built here leaves the others paired
+            traceback.print_exc()
+            skipped.append(f"{peer.role} {peer.variant.name}: {kcompile.error_summary(e)}")
+    if pairing.aa_check:
+        calls[AA], owns[AA] = variant_call, own
+    comparisons = {role: (role, VARIANT) for role in calls if role != VARIANT}
+    cols: dict = {"pair_skipped": "; ".join(skipped)}
+    if not comparisons:
+        return cols
+    states = [("cold", "", None)] + ([("sustained", "sustained_", pairing.sustained)] if pairing.sustained else [])
+    for state, prefix, settle in states:
+        result = bench.time_paired(calls, owns, comparisons, pairing.rule, pairing.warmup, pairing.nvml,
+                                   pairing.nvml_error, settle)
+        pairing.samples[state] = {"contenders": {VARIANT: "variant", **names, **({AA: "variant (A/A)"} if AA in calls else {})},
+                                  "times_ms": result["times_ms"], "windows": result["windows"]}
+        cols |= pair_columns(result, prefix, names)
+    return cols
+
+
 def run_gpu(
     variant: Variant, A: torch.Tensor, B: torch.Tensor, ops: Operands, tiles: list[Tile], arch: str,
     tolerance: dict, reps: int, warmup: int, compiled: dict[str, tuple[str, str]] | None = None,
+    pairing: Pairing | None = None,
 ) -> list[dict]:
     """Every candidate (each tile, or the library call) checked, then timed. ``compiled``: per tile name, the
     (status, reason) of its compile record at this shape; a kernel whose compile is not ok (e.g. its SASS
-    lacks the declared instructions) gets that status and is neither checked nor timed."""
+    lacks the declared instructions) gets that status and is neither checked nor timed. With ``pairing``,
+    the fastest candidate is then timed against its peers (``pair_point``), its row gaining the columns."""
     M, K = A.shape
     N = B.shape[0]
     dev_ops = {k: v.cuda() for k, v in ops.items()}
@@ -123,6 +228,7 @@ def run_gpu(
         candidates += [(t.name, t, limit or "") for t in tiles]
     compiled = compiled or {}
     launch = variant.launch
+    timed: dict[str, tuple[Callable[[], object], set[str] | None]] = {}
     for tile_name, tile, skip in candidates:
         row: dict = {"tile": tile_name}
         if skip:
@@ -157,6 +263,7 @@ def run_gpu(
             row |= t
             row["throughput"] = _flops(M, N, K) / (t["time_ms_median"] * 1e-3) / 1e12
             rows.append(row | {"status": "ok", "reason": ""})
+            timed[tile_name] = (call, own)
         except Exception as e:  # one bad tile must not lose the others
             status, reason = classify_run_error(variant, e)
             print(f"{variant.name} {M}x{N}x{K} {tile_name}: {status}: {reason}", flush=True)
@@ -164,6 +271,14 @@ def run_gpu(
             rows.append(row | {"status": status, "reason": reason})
             if isinstance(e, torch.cuda.OutOfMemoryError):
                 torch.cuda.empty_cache()
+    ok = [r for r in rows if r["status"] == "ok" and r["tile"] in timed]
+    if pairing is not None and ok:
+        best = min(ok, key=lambda r: r["time_ms_median"])
+        try:
+            best |= pair_point(*timed[best["tile"]], pairing, M, N, K)
+        except Exception as e:  # the standalone timings stay; the row says why it has no paired ratio
+            traceback.print_exc()
+            best["pair_error"] = kcompile.error_summary(e)
     for r in rows:
         for k, v in list(r.items()):
             if isinstance(v, float) and math.isnan(v):

@@ -250,24 +250,83 @@ def compile_summary(cm: pd.DataFrame) -> pd.DataFrame:
     return cm.groupby(["variant", "target"]).apply(agg, include_groups=False).reset_index()
 
 
+# a GPU run job times its variant's fastest tile against its peers, strictly alternated in one process
+# (harness/stats.py), and writes the result on that tile's row: the cold state's columns unprefixed, the
+# sustained state's prefixed "sustained_". Older sets, and CPU runs, have none of them.
+PAIR_PREFIXES = ("pair_", "sustained_")
+POWER_STATE = ("sm_clock_mhz_median", "sm_clock_mhz_min", "default_sm_clock_mhz", "power_w_median", "gpu_temp_c_max",
+               "throttled", "clock_source", "clock_samples")
+POINT = ["point_set", "target", "variant", "dist", "shape"]
+VERDICTS = ("faster", "same", "slower")
+PAIRED, UNPAIRED = "paired", "unpaired (separate jobs)"
+
+
+def pair_columns(df: pd.DataFrame) -> list[str]:
+    """The columns a paired timing wrote (empty for a set timed before pairing)."""
+    return [c for c in df.columns if c.startswith(PAIR_PREFIXES) or c in POWER_STATE]
+
+
 def best_tiles(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (point set, target, variant, dist, shape): the fastest tile among rows within tolerance."""
+    """Per (point set, target, variant, dist, shape): the fastest tile among rows within tolerance, with
+    the paired timing of its point (``paired_tile``: the tile it paired, its fastest by median time;
+    the fastest by throughput is normally the same one, but the pair belongs to the point either way)."""
     ok = df[(df["status"] == "ok") & df["throughput"].notna()]
     if "point_set" not in ok:  # a tidy table written before point sets: one run
         ok = ok.assign(point_set=ONE_RUN)
     if ok.empty:
         return ok
-    idx = ok.groupby(["point_set", "target", "variant", "dist", "shape"])["throughput"].idxmax()
-    return ok.loc[idx].reset_index(drop=True)
+    idx = ok.groupby(POINT)["throughput"].idxmax()
+    best = ok.loc[idx].reset_index(drop=True)
+    cols = pair_columns(ok)
+    if not cols:
+        return best
+    # the paired row is the one with a ratio; the power-state columns alone say so only where no ratio was written
+    signal = [c for c in cols if c.startswith(PAIR_PREFIXES)] or cols
+    carriers = ok[ok[signal].notna().any(axis=1)].drop_duplicates(POINT)[POINT + cols + ["tile"]]
+    return best.drop(columns=cols).merge(carriers.rename(columns={"tile": "paired_tile"}), on=POINT, how="left")
+
+
+def _column(df: pd.DataFrame, name: str) -> pd.Series:
+    """A column, or missing values where the set has none (sets timed before pairing)."""
+    return df[name] if name in df else pd.Series(np.nan, index=df.index, dtype=object)
+
+
+def _paired_ratio(out: pd.DataFrame, prefix: str, group: str, peer_column: str) -> tuple[pd.Series, ...]:
+    """Median, lo, hi and verdict of one paired group (``group``: "speedup" or "speedup_vs_second") of one
+    state (``prefix``), kept only where the peer it was paired with is the one the report compares against."""
+    ratio = pd.to_numeric(_column(out, f"{prefix}pair_{group}"), errors="coerce")
+    peer = _column(out, f"{prefix}pair_{'peer' if group == 'speedup' else 'second'}")
+    verdict = _column(out, f"{prefix}pair_verdict{group.removeprefix('speedup')}")
+    same_peer = peer.isna() | (peer == out[peer_column])
+    kept = ratio.notna() & same_peer
+    return tuple(s.where(kept) for s in (ratio, pd.to_numeric(_column(out, f"{prefix}pair_{group}_lo"), errors="coerce"),
+                                         pd.to_numeric(_column(out, f"{prefix}pair_{group}_hi"), errors="coerce"),
+                                         verdict.astype(object)))
+
+
+SPEEDUP_COLUMNS = [
+    "point_set", "target", "dist", "shape", "family", "variant", "tile", "throughput", "baseline", "baseline_throughput",
+    "speedup", "speedup_lo", "speedup_hi", "verdict", "speedup_method", "speedup_unpaired",
+    "second_baseline", "second_baseline_throughput", "speedup_vs_second", "speedup_vs_second_lo", "speedup_vs_second_hi",
+    "verdict_vs_second", "paired_tile", "pair_rounds", "pair_stop", "aa_ratio", "aa_halfwidth", "aa_verdict",
+    "sm_clock_mhz_median", "throttled", "sustained_speedup", "sustained_speedup_lo", "sustained_speedup_hi",
+    "sustained_verdict", "sustained_sm_clock_mhz_median", "sustained_throttled"]
+# what a set timed before pairing has none of (the report leaves them out there)
+PAIRED_ONLY = [c for c in SPEEDUP_COLUMNS[SPEEDUP_COLUMNS.index("speedup_lo"):]
+               if c not in ("speedup_method", "second_baseline", "second_baseline_throughput", "speedup_vs_second")]
 
 
 def speedups(best: pd.DataFrame, baseline_of: dict[str, str], second_of: dict[str, str] | None = None) -> pd.DataFrame:
     """Speedup of each variant's best tile over its matched peer (``baseline_of``: same accumulation
-    semantics) of the same run (point set) and shape, and over its second baseline (``second_of``) beside it."""
-    cols = ["point_set", "target", "dist", "shape", "family", "variant", "tile", "throughput", "baseline", "baseline_throughput",
-            "speedup", "second_baseline", "second_baseline_throughput", "speedup_vs_second"]
+    semantics) of the same run (point set) and shape, and over its second baseline (``second_of``) beside it.
+
+    Paired first: where the point was timed alternated with its peer in one process, the speedup is the
+    median of per-round ratios with its 95 % interval and verdict (``speedup_method`` "paired"); else the
+    ratio of best-tile throughputs timed in separate jobs ("unpaired (separate jobs)", no interval).
+    ``speedup_unpaired`` keeps that throughput ratio beside a paired one. The A/A check, rounds, power state
+    and the sustained state's ratio come with it where the point has them."""
     if best.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=SPEEDUP_COLUMNS)
     key = ["point_set", "target", "dist", "shape"]
     lib = best.groupby(key + ["variant"])["throughput"].max()
     out = best[best["variant"].isin(baseline_of)].copy()
@@ -275,9 +334,70 @@ def speedups(best: pd.DataFrame, baseline_of: dict[str, str], second_of: dict[st
         out[col] = out["variant"].map(of)
         idx = pd.MultiIndex.from_frame(out[key].assign(variant=out[col]))
         out[f"{col}_throughput"] = lib.reindex(idx).to_numpy()
-    out["speedup"] = out["throughput"] / out["baseline_throughput"]
-    out["speedup_vs_second"] = out["throughput"] / out["second_baseline_throughput"]
-    return out[cols].reset_index(drop=True)
+    out["speedup_unpaired"] = out["throughput"] / out["baseline_throughput"]
+    unpaired_vs_second = out["throughput"] / out["second_baseline_throughput"]
+    for group, peer, unpaired in (("speedup", "baseline", out["speedup_unpaired"]),
+                                  ("speedup_vs_second", "second_baseline", unpaired_vs_second)):
+        ratio, lo, hi, verdict = _paired_ratio(out, "", group, peer)
+        out[group] = ratio.fillna(unpaired)
+        out[f"{group}_lo"], out[f"{group}_hi"] = lo, hi
+        out["verdict" + group.removeprefix("speedup")] = verdict
+        if group == "speedup":
+            out["speedup_method"] = np.where(ratio.notna(), PAIRED, np.where(out["speedup"].notna(), UNPAIRED, None))
+    ratio, lo, hi, verdict = _paired_ratio(out, "sustained_", "speedup", "baseline")
+    out["sustained_speedup"], out["sustained_speedup_lo"], out["sustained_speedup_hi"] = ratio, lo, hi
+    out["sustained_verdict"] = verdict
+    for col, src in (("aa_ratio", "pair_aa_ratio"), ("aa_halfwidth", "pair_aa_halfwidth"), ("aa_verdict", "pair_aa_verdict"),
+                     ("pair_rounds", "pair_rounds"), ("pair_stop", "pair_stop"), ("paired_tile", "paired_tile"),
+                     ("sm_clock_mhz_median", "sm_clock_mhz_median"), ("throttled", "throttled"),
+                     ("sustained_sm_clock_mhz_median", "sustained_sm_clock_mhz_median"),
+                     ("sustained_throttled", "sustained_throttled")):
+        out[col] = _column(out, src)
+    return out[SPEEDUP_COLUMNS].reset_index(drop=True)
+
+
+def verdict_counts(sp: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: at how many points it was faster than, the same as, or slower than its matched peer
+    (paired ratios, by their interval), and how many ratios were unpaired (no verdict)."""
+    counts = pd.crosstab([sp["family"], sp["variant"]], sp["verdict"]).reindex(columns=list(VERDICTS), fill_value=0)
+    unpaired = sp[sp["speedup_method"] == UNPAIRED].groupby(["family", "variant"]).size().rename("unpaired")
+    every = sp[["family", "variant"]].drop_duplicates().set_index(["family", "variant"])
+    return (every.join(counts).join(unpaired).fillna(0).astype(int).reset_index()
+            .sort_values(["family", "variant"]).reset_index(drop=True))
+
+
+def aa_checks(sp: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The A/A check (each variant paired with itself, which must read "same"): per family, the worst A/A
+    half-width and where it was, and every A/A that did not read "same"."""
+    aa = sp[sp["aa_halfwidth"].notna() | sp["aa_verdict"].notna()]
+    cols = ["family", "points", "worst_aa_halfwidth", "worst_at", "aa_not_same"]
+    if aa.empty:
+        return pd.DataFrame(columns=cols), aa[["family", "variant", "dist", "shape", "aa_ratio", "aa_halfwidth", "aa_verdict"]]
+    rows = []
+    for fam, g in aa.groupby("family"):
+        hw = pd.to_numeric(g["aa_halfwidth"], errors="coerce")
+        worst = g.loc[hw.idxmax()] if hw.notna().any() else None
+        rows.append({"family": fam, "points": len(g), "worst_aa_halfwidth": hw.max(),
+                     "worst_at": f"{worst['variant']} {worst['dist']} {worst['shape']}" if worst is not None else "",
+                     "aa_not_same": int((g["aa_verdict"].notna() & (g["aa_verdict"] != "same")).sum())})
+    off = aa[aa["aa_verdict"].notna() & (aa["aa_verdict"] != "same")]
+    return (pd.DataFrame(rows, columns=cols),
+            off[["family", "variant", "dist", "shape", "aa_ratio", "aa_halfwidth", "aa_verdict"]].reset_index(drop=True))
+
+
+POWER_STATE_COLUMNS = ["family", "variant", "dist", "shape", "baseline", "speedup", "speedup_lo", "speedup_hi", "verdict",
+                       "sm_clock_mhz_median", "throttled", "sustained_speedup", "sustained_speedup_lo",
+                       "sustained_speedup_hi", "sustained_verdict", "sustained_sm_clock_mhz_median",
+                       "sustained_throttled", "verdicts"]
+
+
+def power_states(sp: pd.DataFrame) -> pd.DataFrame:
+    """Points with both a cold (the burst right after the checks) and a sustained (after the card ran the
+    pair back to back until its clock settled) paired ratio, side by side; ``verdicts`` says "differ"
+    where the two states disagree."""
+    both = sp[(sp["speedup_method"] == PAIRED) & sp["sustained_speedup"].notna()]
+    both = both.assign(verdicts=np.where(both["verdict"] != both["sustained_verdict"], "differ", ""))
+    return both[POWER_STATE_COLUMNS].reset_index(drop=True)
 
 
 def what_ran(tidy: pd.DataFrame) -> dict:

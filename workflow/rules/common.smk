@@ -43,6 +43,7 @@ GPU_PLATFORM = "|".join(sorted(config["platforms"]))
 # what the rules plan with (harness/plan.py)
 impl, is_tilelang, variant_shapes, check_compile_jobs = PLAN.impl, PLAN.is_tilelang, PLAN.variant_shapes, PLAN.check_compile_jobs
 tiles_for_shape, sweep_shapes, sweep_tiles, run_outputs = PLAN.tiles_for_shape, PLAN.sweep_shapes, PLAN.sweep_tiles, PLAN.run_outputs
+peer_points = PLAN.peer_points
 
 
 def platform_spec(platform):
@@ -113,7 +114,8 @@ def _module_of(obj):
 # editing any module a job reaches, directly or not, reruns that job.
 STAGE_CODE = {"compile": (["harness.compile"], ["workflow/scripts/compile_kernel.py"]),
               "run": (["harness.compile", "harness.runner", "harness.bench", "harness.metrics", "harness.inputs",
-                       "harness.device"], ["workflow/scripts/compile_kernel.py", "workflow/scripts/run_variant.py"]),
+                       "harness.device", "harness.stats", "harness.power"],
+                      ["workflow/scripts/compile_kernel.py", "workflow/scripts/run_variant.py"]),
               "inputs": (["harness.inputs"], ["workflow/scripts/build_inputs.py"])}
 
 
@@ -155,6 +157,10 @@ def run_inputs(variant, kind):
         arch = run_arch(wc.platform)
         if arch is not None and is_tilelang(variant):
             files["compiled"] = [sweep_record(variant, arch, t) for t in sweep_tiles(variant, arch)]
+        if arch is not None:  # paired timing: each peer's own run (its checks, its fastest tile) and its inputs
+            peers = [p for roles in peer_points(variant, wc.platform, wc.dist).values() for p in roles.values()]
+            files["peer_runs"] = sorted({p["record"] for p in peers})
+            files["peer_formats"] = sorted({p["format_file"] for p in peers})
         return files
     return inputs
 
@@ -166,7 +172,9 @@ def run_params(variant, kind):
             "arch": (lambda wc: run_arch(wc.platform)) if kind == "gpu" else None,
             # shape -> the tiles of its class
             "tiles": (lambda wc: {s: tiles_for_shape(variant, run_arch(wc.platform), s) for s in variant_shapes(variant, kind)})
-            if kind == "gpu" else {}}
+            if kind == "gpu" else {},
+            # shape -> role -> the peer's entry, run record and input file (paired timing)
+            "peers": (lambda wc: peer_points(variant, wc.platform, wc.dist)) if kind == "gpu" else {}}
 
 
 def ceilings_input(wc):

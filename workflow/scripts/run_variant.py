@@ -11,7 +11,9 @@ from pathlib import Path  # noqa: E402
 from harness.compile import error_summary  # noqa: E402
 from harness.device import check_landed, environment_tags  # noqa: E402
 from harness.inputs import CorruptInput, load_point  # noqa: E402
-from harness.runner import run_emulated, run_gpu  # noqa: E402
+from harness.power import open_nvml  # noqa: E402
+from harness.runner import Pairing, Peer, run_emulated, run_gpu  # noqa: E402
+from harness.stats import StoppingRule  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
 from kernels.tiles import EMULATED, LIBRARY, parse_shape, parse_tile  # noqa: E402
 
@@ -43,23 +45,62 @@ def compile_outcomes() -> dict[str, dict[str, tuple[str, str]]]:
 COMPILED = compile_outcomes() if p.arch is not None else {}
 
 
+def peer(role: str, planned: dict | None, fp32, manifest_file) -> Peer | None:
+    """A peer of this point as its own run found it: the tile it timed fastest within tolerance there, on
+    operands loaded from the same inputs (its record must be of them); or the reason it cannot be paired."""
+    if planned is None:
+        name = getattr(variant, role)
+        return Peer(role, get_variant(name), skip="no config entry times it at this point") if name else None
+    pv = get_variant(planned["variant"])
+    try:
+        rec = json.loads(Path(planned["record"]).read_text())
+        rec["point"], rec["rows"]  # noqa: B018 (a record without them is unreadable)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return Peer(role, pv, skip=f"its run record {planned['record']} is unreadable ({type(e).__name__})")
+    ok = [r for r in rec["rows"] if r.get("status") == "ok" and r.get("time_ms_median")]
+    if not ok:
+        return Peer(role, pv, skip=f"no row within tolerance in its run ({planned['record']})")
+    _, ops, sha = load_point(fp32, planned["format_file"], manifest_file, pv.input_format)
+    if rec["point"].get("input_sha256") != sha:
+        return Peer(role, pv, skip=f"its run ({planned['record']}) timed other inputs than these; rerun it")
+    best = min(ok, key=lambda r: r["time_ms_median"])["tile"]
+    return Peer(role, pv, ops, None if best == LIBRARY else parse_tile(best))
+
+
+NVML = open_nvml() if p.arch is not None else (None, "")
+
+
+def pairing(shape, fp32, manifest_file) -> Pairing | None:
+    """How this shape's fastest tile is timed against its peers (config timing.pairing, timing.sustained)."""
+    if variant.baseline is None and variant.second_baseline is None:
+        return None  # a library peer itself: nothing to pair it with
+    peers = [x for role in ("baseline", "second_baseline")
+             if (x := peer(role, p.peers.get(shape, {}).get(role), fp32, manifest_file)) is not None]
+    pc, sc = p.timing["pairing"], p.timing["sustained"]
+    rule = StoppingRule(pc["target_halfwidth"], pc["min_rounds"], pc["max_rounds"])
+    sustained = (sc["min_settle_s"], sc["max_settle_s"]) if shape in sc["shapes"] else None
+    return Pairing(peers, rule, p.timing["warmup"], p.arch, shape in pc["aa_shapes"], sustained, *NVML)
+
+
 def run_shape(shape, fp32, fmt_file, manifest_file):
     raw, ops, sha = load_point(fp32, fmt_file, manifest_file, variant.input_format)
     if p.arch is None:
-        return run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance), sha
+        return run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance), sha, {}
+    pair = pairing(shape, fp32, manifest_file)
     with gpu_lock():
-        return run_gpu(variant, raw["A"], raw["B"], ops, tiles[shape], p.arch, p.tolerance,
-                       reps=p.timing["reps"], warmup=p.timing["warmup"], compiled=COMPILED.get(shape)), sha
+        rows = run_gpu(variant, raw["A"], raw["B"], ops, tiles[shape], p.arch, p.tolerance, reps=p.timing["reps"],
+                       warmup=p.timing["warmup"], compiled=COMPILED.get(shape), pairing=pair)
+    return rows, sha, (pair.samples if pair else {})
 
 
 for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
                                                      snakemake.input.manifest, snakemake.output, strict=True):
     try:
-        rows, sha = run_shape(shape, fp32, fmt_file, manifest_file)
+        rows, sha, paired = run_shape(shape, fp32, fmt_file, manifest_file)
     except Exception as e:  # this shape only: the others still run and keep their results
         traceback.print_exc()
         reason = str(e) if isinstance(e, CorruptInput) else error_summary(e)
-        rows, sha = [{"tile": t, "status": "failed", "reason": reason} for t in tile_names(shape)], {}
+        rows, sha, paired = [{"tile": t, "status": "failed", "reason": reason} for t in tile_names(shape)], {}, {}
     M, N, K = parse_shape(shape)
     point = {"platform": wc.platform, "target": p.arch or "cpu", "variant": variant.name, "entry": p.entry, "family": variant.family,
              "dist": wc.dist, "shape": shape, "M": M, "N": N, "K": K, "input_format": variant.input_format,
@@ -68,4 +109,6 @@ for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.f
              "input_sha256": sha, "log": str(snakemake.log[0])}
     for r in rows:
         print(shape, r.get("tile"), r.get("status"), r.get("reason"), r.get("throughput"), flush=True)
-    write_json(out, {"point": point, "env": environment_tags(), "tolerance": p.tolerance, "rows": rows})
+    # paired_samples: each power state's per-round times of every contender, from which the ratios come
+    write_json(out, {"point": point, "env": environment_tags(), "tolerance": p.tolerance, "rows": rows,
+                     "paired_samples": paired})
