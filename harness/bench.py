@@ -161,10 +161,13 @@ def time_cuda(fn: Callable[[], object], reps: int = 30, warmup: int = 5, own_ker
 
 
 def round_order(names: Sequence[str], round_index: int) -> list[str]:
-    """Round i runs the contenders rotated by i: each is first, second, ... equally often, so a position
-    effect (the card's clock ramping within a round) cannot favour one of them."""
-    k = round_index % len(names)
-    return list(names[k:]) + list(names[:k])
+    """Round i runs the contenders rotated by i // 2, reversed in odd rounds: over 2k rounds each is first,
+    second, ... equally often and each runs before each other one equally often. Rotation alone is not
+    enough with three or more: in the H200 smoke test of 5a313b5 the variant ran right after its A/A
+    copy in two rounds of three, and the A/A ratio read 0.9987 [0.9970, 0.9997], "slower"."""
+    k = (round_index // 2) % len(names)
+    order = list(names[k:]) + list(names[:k])
+    return order[::-1] if round_index % 2 else order
 
 
 def assign_calls(split: list[tuple[tuple[str, ...], float]], names: Sequence[str], first_round: int,

@@ -121,8 +121,8 @@ class Peer:
 class Pairing:
     """How a point's fastest tile is timed against its peers (harness/bench.py ``time_paired``): the
     stopping rule, the A/A check, and the settle time of the sustained state (None: cold only).
-    ``samples`` receives each state's per-round times, for the run record."""
-    peers: list[Peer]
+    ``peers`` gives them when a tile has passed; ``samples`` receives each state's per-round times."""
+    peers: Callable[[], list[Peer]]
     rule: StoppingRule
     warmup: int
     arch: str
@@ -178,7 +178,7 @@ def pair_point(variant_call: Callable[[], object], own: set[str] | None, pairing
     """Time the variant's fastest tile against its peers, strictly alternated, in each power state; the
     columns of ``pair_columns`` plus ``pair_skipped`` (peers that could not be paired, and why)."""
     calls, owns, names, skipped = {VARIANT: variant_call}, {VARIANT: own}, {}, []
-    for peer in pairing.peers:
+    for peer in pairing.peers():
         if peer.skip:
             skipped.append(f"{peer.role} {peer.variant.name}: {peer.skip}")
             continue

@@ -86,11 +86,21 @@ def test_a_run_of_flush_kernels_opens_one_call():
     assert split == [(("gemm",), pytest.approx(0.020)), (("gemm",), pytest.approx(0.022))]
 
 
-def test_rounds_rotate_the_contenders_and_calls_are_assigned_back():
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_rounds_balance_positions_and_pairwise_order(k):
+    names = [f"c{i}" for i in range(k)]
+    orders = [bench.round_order(names, i) for i in range(2 * k)]
+    for n in names:  # each contender in each position equally often
+        assert sorted(o.index(n) for o in orders) == sorted(list(range(k)) * 2)
+    for a in names:  # each runs before each other one in half the rounds
+        for b in set(names) - {a}:
+            assert sum(o.index(a) < o.index(b) for o in orders) == k
+    if k == 3:  # all six orders of three
+        assert len({tuple(o) for o in orders}) == 6
+
+
+def test_calls_are_assigned_back_to_their_contenders():
     names = ["variant", "baseline", "aa"]
-    assert [bench.round_order(names, i) for i in range(4)] == [
-        ["variant", "baseline", "aa"], ["baseline", "aa", "variant"], ["aa", "variant", "baseline"],
-        ["variant", "baseline", "aa"]]
     split = [((n,), float(i)) for i, n in enumerate(n for r in range(1, 3) for n in bench.round_order(names, r))]
     per = bench.assign_calls(split, names, first_round=1, rounds=2)
     assert {n: [k[0][0] for k in calls] for n, calls in per.items()} == {n: [n, n] for n in names}

@@ -59,7 +59,8 @@ def peer(role: str, planned: dict | None, fp32, manifest_file) -> Peer | None:
         return Peer(role, pv, skip=f"its run record {planned['record']} is unreadable ({type(e).__name__})")
     ok = [r for r in rec["rows"] if r.get("status") == "ok" and r.get("time_ms_median")]
     if not ok:
-        return Peer(role, pv, skip=f"no row within tolerance in its run ({planned['record']})")
+        why = "; ".join(sorted({f"{r.get('status')}: {r.get('reason', '')}"[:160] for r in rec["rows"]}))
+        return Peer(role, pv, skip=f"its run has no timed row within tolerance here ({why}; {planned['record']})")
     _, ops, sha = load_point(fp32, planned["format_file"], manifest_file, pv.input_format)
     if rec["point"].get("input_sha256") != sha:
         return Peer(role, pv, skip=f"its run ({planned['record']}) timed other inputs than these; rerun it")
@@ -74,8 +75,10 @@ def pairing(shape, fp32, manifest_file) -> Pairing | None:
     """How this shape's fastest tile is timed against its peers (config timing.pairing, timing.sustained)."""
     if variant.baseline is None and variant.second_baseline is None:
         return None  # a library peer itself: nothing to pair it with
-    peers = [x for role in ("baseline", "second_baseline")
-             if (x := peer(role, p.peers.get(shape, {}).get(role), fp32, manifest_file)) is not None]
+
+    def peers():  # loaded only when a tile of the variant passed (a large format file takes seconds)
+        return [x for role in ("baseline", "second_baseline")
+                if (x := peer(role, p.peers.get(shape, {}).get(role), fp32, manifest_file)) is not None]
     pc, sc = p.timing["pairing"], p.timing["sustained"]
     rule = StoppingRule(pc["target_halfwidth"], pc["min_rounds"], pc["max_rounds"])
     sustained = (sc["min_settle_s"], sc["max_settle_s"]) if shape in sc["shapes"] else None
