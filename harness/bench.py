@@ -233,8 +233,9 @@ def time_paired(calls: dict[str, Callable[[], object]], own: dict[str, set[str] 
         settle_s, settled = _settle(calls, flush, sampler, *settle) if settle else (0.0, None)
         t0 = time.monotonic()
         while stop is None:
-            batch = rule.next_batch(len(times[names[0]]))
             first = len(times[names[0]])
+            cycle = 2 * len(names)  # whole cycles of round_order, so that every order runs equally often
+            batch = -(-rule.next_batch(first) // cycle) * cycle
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 for i in range(first, first + batch):
                     for name in round_order(names, i):
