@@ -398,7 +398,7 @@ class Plan:
         """Per GPU shape of an entry, its peers by role (those some entry times there): the peer's entry,
         registered variant, run record and input file; what a paired run job reads (harness/runner.py)."""
         out: dict[str, dict[str, dict]] = {}
-        if kind(platform) != "gpu" or self.impl(entry).family == "baseline":
+        if kind(platform) != "gpu" or self.impl(entry).family == "baseline" or dist not in self.variant_dists(entry):
             return out
         for shape in self.variant_shapes(entry, "gpu"):
             for role in ("baseline", "second_baseline"):

@@ -230,3 +230,46 @@ def test_the_sampler_collects_while_open_and_tolerates_failed_reads():
     with power.Sampler(None) as none:
         pass
     assert none.samples == []
+
+
+# ---- what a paired run job is given (harness/plan.py) ---------------------------------------------
+
+def _plan(**timing):
+    import yaml
+    from conftest import REPO
+
+    from harness.plan import Plan, validate
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["timing"].update(timing)
+    cfg["run_on"] = ["h200"]
+    return Plan(validate(cfg, check_shapes=False))
+
+
+def test_a_run_job_reads_each_peer_from_the_entry_that_times_it_at_that_point():
+    plan = _plan()
+    int4_ws = plan.peer_points("int4_ws", "h200", "normal")["8192x8192x8192"]
+    assert {r: p["entry"] for r, p in int4_ws.items()} == {"baseline": "int8_torch_int_mm", "second_baseline": "int8_tilelang"}
+    assert int4_ws["second_baseline"]["record"] == "results/h200/int8_tilelang/normal/8192x8192x8192.json"
+    assert int4_ws["baseline"]["format_file"] == "results/inputs/normal/8192x8192x8192/formats/int4_tensor_unpacked_s8.pt"
+    # the bf16 peer of the W4A16 sweep is the entry that runs its shapes (cublas_bf16_w4_shapes), not cublas_bf16
+    dq = plan.peer_points("dequant_w4_int4_sym_g128", "h200", "normal")
+    assert dq["1x8192x8192"]["baseline"]["entry"] == "cublas_bf16_w4_shapes"
+    assert dq["16x8192x8192"]["baseline"]["entry"] == "cublas_bf16"
+    assert plan.peer_points("dequant_w4_int4_sym_g128", "h200", "student_t3") == {}  # no entry times that distribution
+    assert plan.peer_points("cublas_bf16", "h200", "normal") == {}  # a library peer has no peer
+    assert plan.peer_points("fp8_e4m3", "cpu", "normal") == {}  # emulation times nothing
+
+
+def test_paired_timing_defaults_are_filled_and_inverted_bounds_refused():
+    from harness.plan import ConfigError
+
+    plan = _plan(pairing={"target_halfwidth": 0.01})
+    assert plan.config["timing"]["pairing"] == {"target_halfwidth": 0.01, "min_rounds": 30, "max_rounds": 400, "aa_shapes": []}
+    assert plan.config["timing"]["sustained"]["shapes"]  # config.yaml's headline shapes
+    with pytest.raises(ConfigError, match="timing.pairing.min_rounds: 500 is more than max_rounds 400"):
+        _plan(pairing={"min_rounds": 500})
+    with pytest.raises(ConfigError, match="timing.sustained.min_settle_s"):
+        _plan(sustained={"min_settle_s": 9.0, "max_settle_s": 2.0})
+    with pytest.raises(ConfigError, match="target_halfwidth"):
+        _plan(pairing={"target_halfwidth": 0})
