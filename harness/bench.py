@@ -7,9 +7,14 @@ call needs the CUPTI events themselves, so this module reads them through torch.
 
 The flush is a read-only pass (``L2Flush``). A write pass over a large buffer (``bitwise_not_``, used
 until December 2026) evicts the kernel's operands but leaves L2 full of dirty lines, and the timed
-kernel pays for writing them back to HBM as it evicts them: on the H200 cuBLAS bf16 at 1x8192x8192
-read 41.1 µs after a write flush, 33.7 µs after a read flush, 35.0 µs with no flush at all (issue 29).
-A read pass leaves only clean lines, whose eviction costs nothing.
+kernel pays for writing them back to HBM as it evicts them. A read pass leaves only clean lines, whose
+eviction costs nothing. ``python -m harness.flushcheck`` on the H200 (2026-12-03, median µs; write
+flush / this flush / no flush, calls replayed back to back from a CUDA graph):
+  cuBLAS bf16     1x8192x8192   41.42 / 34.08 / 34.34      1x4096x14336   38.45 / 30.50 / 30.56
+  W4A16 int4 g128 1x8192x8192   21.89 / 21.22 / 20.29      tinygemm       21.22 / 20.26 / 19.14
+  fp8 ws 8192³    735.9 / 718.4 / 808.8 (no flush: back to back, the card heats and loses clock)
+The 4-bit weights (29–34 MB) fit in the 50 MB L2, so with no flush they stay resident: that column is
+a floor for them, not the reference; bf16's 128 MB do not fit, and this flush matches no flush there.
 """
 from __future__ import annotations
 

@@ -199,7 +199,9 @@ def pair_point(variant_call: Callable[[], object], own: set[str] | None, pairing
         result = bench.time_paired(calls, owns, comparisons, pairing.rule, pairing.warmup, pairing.nvml,
                                    pairing.nvml_error, settle)
         pairing.samples[state] = {"contenders": {VARIANT: "variant", **names, **({AA: "variant (A/A)"} if AA in calls else {})},
-                                  "times_ms": result["times_ms"], "windows": result["windows"]}
+                                  # CUPTI's resolution is 1 ns: no digit beyond it
+                                  "times_ms": {k: [round(t, 6) for t in v] for k, v in result["times_ms"].items()},
+                                  "windows": result["windows"]}
         cols |= pair_columns(result, prefix, names)
     return cols
 
