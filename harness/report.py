@@ -293,8 +293,9 @@ def aa_section(sp: pd.DataFrame) -> str:
     per_family, off = tables.aa_checks(sp)
     if per_family.empty:
         return ""
-    return ("<h3>A/A check</h3><p>Each paired variant is also paired with itself; its ratio must read <i>same</i>. "
-            "The worst A/A half-width per family is the resolution of that family's verdicts.</p>"
+    return ("<h3>A/A check</h3><p>At the headline shapes (<code>timing.pairing.aa_shapes</code>) each paired variant "
+            "is also paired with itself; its ratio must read <i>same</i>. The worst A/A half-width per family is the "
+            "resolution of that family's verdicts.</p>"
             + table(per_family.assign(status=np.where(per_family["aa_not_same"] > 0, "A/A not same", "")),
                     highlight="status", fmt={"worst_aa_halfwidth": "{:.2%}"})
             + ("<p>A/A checks that did not read <i>same</i>:</p>" + table(off, fmt=THR) if len(off) else ""))
