@@ -318,7 +318,15 @@ def load_point(fp32: str | os.PathLike, fmt_file: str | os.PathLike, manifest_fi
     """One shape's inputs, each file verified against its manifest: the unquantized A and B, the operands
     of format ``fmt_name``, and those operands' sha256 (recorded with every result)."""
     m = read_manifest(manifest_file)
-    fmt = m["formats"][fmt_name]
     raw = load_operands(Path(fp32), m["fp32"]["tensors"], m["fp32"]["file_sha256"])
+    return raw, *load_format(fmt_file, m, fmt_name)
+
+
+def load_format(fmt_file: str | os.PathLike, manifest: str | os.PathLike | dict,
+                fmt_name: str) -> tuple[Operands, dict[str, str]]:
+    """The operands of format ``fmt_name`` alone, verified against the manifest (a path, or one already
+    read), and their sha256: what needs no unquantized A and B (a peer, a profile) loads only this."""
+    m = manifest if isinstance(manifest, dict) else read_manifest(manifest)
+    fmt = m["formats"][fmt_name]
     ops = load_operands(Path(fmt_file), fmt["tensors"], fmt["file_sha256"])
-    return raw, ops, {k: v["sha256"] for k, v in fmt["tensors"].items()}
+    return ops, {k: v["sha256"] for k, v in fmt["tensors"].items()}

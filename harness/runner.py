@@ -135,9 +135,11 @@ class Pairing:
 
 # the contender names of a paired window: the variant, its peers by role, and the variant again (A/A)
 VARIANT, AA = "variant", "aa"
-# per comparison: (reference, contender) and the column stem of its ratio
-COMPARISONS = {"baseline": ("pair_speedup", "pair_verdict"), "second_baseline": ("pair_speedup_vs_second", "pair_verdict_vs_second"),
-               AA: ("pair_aa_ratio", "pair_aa_verdict")}
+# per comparison (the contender paired with the variant): the columns of its median, of its interval
+# (<stem>_lo, <stem>_hi) and of its verdict
+COMPARISONS = {"baseline": ("pair_speedup", "pair_speedup", "pair_verdict"),
+               "second_baseline": ("pair_speedup_vs_second", "pair_speedup_vs_second", "pair_verdict_vs_second"),
+               AA: ("pair_aa_ratio", "pair_aa", "pair_aa_verdict")}
 
 
 def peer_call(peer: Peer, M: int, N: int, K: int, arch: str) -> tuple[Callable[[], object], set[str] | None]:
@@ -154,12 +156,10 @@ def pair_columns(result: dict, prefix: str, names: dict[str, str]) -> dict:
     """The tidy columns of one paired window (``prefix``: "" cold, "sustained_"): each comparison's
     median, interval, verdict, the A/A half-width, the rounds, the stop reason and the power state."""
     cols = {f"{prefix}pair_rounds": result["rounds"], f"{prefix}pair_stop": result["stop"]}
-    for role, (stem, verdict) in COMPARISONS.items():
-        r = result["ratios"].get(role)
-        if r is None:
-            continue
-        cols |= {f"{prefix}{stem}": r.median, f"{prefix}{stem.replace('_ratio', '')}_lo": r.lo,
-                 f"{prefix}{stem.replace('_ratio', '')}_hi": r.hi, f"{prefix}{verdict}": r.verdict}
+    for role, (median, interval, verdict) in COMPARISONS.items():
+        if (r := result["ratios"].get(role)) is not None:
+            cols |= {f"{prefix}{median}": r.median, f"{prefix}{interval}_lo": r.lo, f"{prefix}{interval}_hi": r.hi,
+                     f"{prefix}{verdict}": r.verdict}
     if "baseline" in result["ratios"]:
         cols[f"{prefix}pair_peer"] = names["baseline"]
         cols[f"{prefix}pair_halfwidth"] = result["ratios"]["baseline"].halfwidth

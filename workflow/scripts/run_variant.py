@@ -10,7 +10,7 @@ from pathlib import Path  # noqa: E402
 
 from harness.compile import error_summary  # noqa: E402
 from harness.device import check_landed, environment_tags  # noqa: E402
-from harness.inputs import CorruptInput, load_point  # noqa: E402
+from harness.inputs import CorruptInput, load_format, load_point  # noqa: E402
 from harness.power import open_nvml  # noqa: E402
 from harness.runner import Pairing, Peer, run_emulated, run_gpu  # noqa: E402
 from harness.stats import StoppingRule  # noqa: E402
@@ -45,7 +45,7 @@ def compile_outcomes() -> dict[str, dict[str, tuple[str, str]]]:
 COMPILED = compile_outcomes() if p.arch is not None else {}
 
 
-def peer(role: str, planned: dict | None, fp32, manifest_file) -> Peer | None:
+def peer(role: str, planned: dict | None, manifest_file) -> Peer | None:
     """A peer of this point as its own run found it: the tile it timed fastest within tolerance there, on
     operands loaded from the same inputs (its record must be of them); or the reason it cannot be paired."""
     if planned is None:
@@ -61,7 +61,7 @@ def peer(role: str, planned: dict | None, fp32, manifest_file) -> Peer | None:
     if not ok:
         why = "; ".join(sorted({f"{r.get('status')}: {r.get('reason', '')}"[:160] for r in rec["rows"]}))
         return Peer(role, pv, skip=f"its run has no timed row within tolerance here ({why}; {planned['record']})")
-    _, ops, sha = load_point(fp32, planned["format_file"], manifest_file, pv.input_format)
+    ops, sha = load_format(planned["format_file"], manifest_file, pv.input_format)
     if rec["point"].get("input_sha256") != sha:
         return Peer(role, pv, skip=f"its run ({planned['record']}) timed other inputs than these; rerun it")
     best = min(ok, key=lambda r: r["time_ms_median"])["tile"]
@@ -71,14 +71,14 @@ def peer(role: str, planned: dict | None, fp32, manifest_file) -> Peer | None:
 NVML = open_nvml() if p.arch is not None else (None, "")
 
 
-def pairing(shape, fp32, manifest_file) -> Pairing | None:
+def pairing(shape, manifest_file) -> Pairing | None:
     """How this shape's fastest tile is timed against its peers (config timing.pairing, timing.sustained)."""
     if variant.baseline is None and variant.second_baseline is None:
         return None  # a library peer itself: nothing to pair it with
 
     def peers():  # loaded only when a tile of the variant passed (a large format file takes seconds)
         return [x for role in ("baseline", "second_baseline")
-                if (x := peer(role, p.peers.get(shape, {}).get(role), fp32, manifest_file)) is not None]
+                if (x := peer(role, p.peers.get(shape, {}).get(role), manifest_file)) is not None]
     pc, sc = p.timing["pairing"], p.timing["sustained"]
     rule = StoppingRule(pc["target_halfwidth"], pc["min_rounds"], pc["max_rounds"])
     sustained = (sc["min_settle_s"], sc["max_settle_s"]) if shape in sc["shapes"] else None
@@ -89,7 +89,7 @@ def run_shape(shape, fp32, fmt_file, manifest_file):
     raw, ops, sha = load_point(fp32, fmt_file, manifest_file, variant.input_format)
     if p.arch is None:
         return run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance), sha, {}
-    pair = pairing(shape, fp32, manifest_file)
+    pair = pairing(shape, manifest_file)
     with gpu_lock():
         rows = run_gpu(variant, raw["A"], raw["B"], ops, tiles[shape], p.arch, p.tolerance, reps=p.timing["reps"],
                        warmup=p.timing["warmup"], compiled=COMPILED.get(shape), pairing=pair)
