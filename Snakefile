@@ -24,8 +24,9 @@
 
 configfile: "config.yaml"
 
-# No local job outlives this snakemake or ignores its interrupt: export this process's identity to the
-# jobs, which watch it, and forward SIGINT to them (workflow/scripts/script_setup.py: register_main).
+# One snakemake writes in this checkout at a time (a second one is refused, naming the first), and no local
+# job outlives it or ignores its interrupt: export this process's identity to the jobs, which watch it, and
+# forward SIGINT to them (workflow/scripts/script_setup.py: register_main).
 import importlib.util as _ilu
 
 _spec = _ilu.spec_from_file_location("lpgemm_script_setup", f"{workflow.basedir}/workflow/scripts/script_setup.py")
@@ -48,6 +49,12 @@ rule all:
         expand("results/{platform}/tidy.csv", platform=RUN_ON),
         expand("results/{platform}/report.html", platform=RUN_ON),
     default_target: True
+
+
+# started through the API (no command line for register_main to read): the checkout's invocation lock is
+# taken here, before any job is prepared (snakemake deletes a job's old outputs then)
+onstart:
+    _script_setup.hold_checkout()
 
 
 # the end of every run lists each failed row with its log (common.smk: report_failures)

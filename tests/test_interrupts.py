@@ -276,3 +276,152 @@ def test_write_json_leaves_nothing_behind_on_error(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert json.loads(out.read_text()) == {"ok": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def _import_script_setup():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import script_setup
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    return script_setup
+
+
+def test_a_killed_job_takes_its_subprocesses_with_it(tmp_path):
+    """kill -9 of a job (not of snakemake): its nvcc used to run on under init. The job's sentinel kills
+    the rest of its process group within seconds."""
+    main = subprocess.Popen(["sleep", "1000"])  # the stand-in snakemake stays alive throughout
+    procs = [(main.pid, _start_time(main.pid))]
+    try:
+        ident = dict(_import_script_setup()._identity(), pid=main.pid, start=procs[0][1], slurm_job="")
+        job = _fake_job(tmp_path, """\
+            import subprocess
+            child = subprocess.Popen(["sleep", "1000"])
+            (tmp / "child").write_text(str(child.pid))
+            time.sleep(60)
+            """, env=_env(**{MAIN_ENV: json.dumps(ident)}))
+        procs.append((job.pid, _start_time(job.pid)))
+        child_file = tmp_path / "child"
+        assert _wait(lambda: child_file.exists() or job.poll() is not None, 30) and job.poll() is None
+        child = int(child_file.read_text())
+        procs.append((child, _start_time(child)))
+        job.kill()
+        job.wait()
+        assert _wait(lambda: not _alive(*procs[2]), 10), "the killed job's subprocess runs on"
+        assert _alive(*procs[0]), "the sentinel reached beyond the job"
+    finally:
+        _kill(procs)
+        main.wait()
+
+
+def test_stale_temporary_files_are_removed_and_live_ones_kept(tmp_path):
+    ss = _import_script_setup()
+    root = tmp_path / "results"
+    (root / "inputs" / "x").mkdir(parents=True)
+    stale = [root / "inputs" / "x" / ".fp32.pt.a1b2c3d4.tmp", root / ".tidy.csv.zz_09xyz.tmp",
+             root / "inputs" / "kernel.ptx.999999999.tmp"]  # no such PID
+    live = root / f"kernel.ptx.{os.getpid()}.tmp"
+    kept = [live, root / "inputs" / "x" / "fp32.pt", root / "notes.tmp", root / ".hidden.json"]
+    for f in stale + kept:
+        f.write_text("x")
+    assert sorted(ss.remove_stale_temp_files(root)) == sorted(stale)
+    assert all(f.exists() for f in kept) and not any(f.exists() for f in stale)
+    assert ss.remove_stale_temp_files(tmp_path / "absent") == []
+
+
+@pytest.mark.parametrize("argv, mode", [
+    (["snakemake", "--cores", "1"], "write"), (["snakemake", "-np"], "read"), (["snakemake", "--unlock"], "write"),
+    (["snakemake", "--summary"], "read"), (["snakemake", "--rerun-incomplete", "-f", "x"], "write"),
+    (["pytest", "-n", "2"], None)])
+def test_invocation_mode_is_read_from_snakemakes_own_command_line(monkeypatch, argv, mode):
+    monkeypatch.setattr(sys, "argv", argv)
+    assert _import_script_setup()._invocation_mode() == mode
+
+
+SLOW = """\
+import os, sys, time
+from pathlib import Path
+
+sys.path.insert(0, snakemake.scriptdir)
+from script_setup import setup
+
+setup(snakemake)
+Path(snakemake.output[0]).write_text("partial")  # a running job's output, half written
+Path(snakemake.params.ready).write_text(str(os.getpid()))
+time.sleep(1000)
+"""
+
+
+@pytest.mark.workflow
+def test_a_second_snakemake_never_touches_a_running_ones_outputs(tmp_path):
+    """Runs snakemake itself (several invocations against one live run): what is under test is how two
+    snakemake processes in one checkout meet, which no shared session run can show. While run A's slow
+    job writes out.txt, every invocation that could write (--unlock, --rerun-incomplete, -f, a plain run)
+    is refused naming A, and out.txt and A's job are untouched; a dry run only warns, naming A. A's start
+    removed the temporary file an earlier, killed writer left."""
+    wf = tmp_path
+    (wf / "workflow" / "scripts").mkdir(parents=True)
+    (wf / "workflow" / "scripts" / "script_setup.py").symlink_to(SCRIPTS / "script_setup.py")
+    (wf / "workflow" / "scripts" / "slow.py").write_text(SLOW)
+    (wf / "config.yaml").write_text("{}\n")
+    (wf / "Snakefile").write_text('configfile: "config.yaml"\n' + _snakefile_block() + textwrap.dedent("""
+
+        rule slow:
+            output: "out.txt"
+            params: ready="ready.txt"
+            log: "logs/slow.log"
+            script: "workflow/scripts/slow.py"
+        """))
+    stale = wf / "results" / "inputs" / ".fp32.pt.k3j9x0qa.tmp"  # what a kill -9 mid-write leaves
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"\0" * 1000)
+    with open(wf / "a.out", "w") as out:
+        a = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=wf, env=_env(),
+                             preexec_fn=_default_sigint, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    job = None
+    try:
+        assert _wait(lambda: (wf / "ready.txt").exists() or a.poll() is not None, 60), "the job never started"
+        assert a.poll() is None, (wf / "a.out").read_text()[-3000:]
+        job = int((wf / "ready.txt").read_text())
+        job_start = _start_time(job)
+        assert not stale.exists(), "the next run did not remove an interrupted writer's temporary file"
+        for args in (["--unlock"], ["--cores", "1", "--rerun-incomplete", "out.txt"], ["--cores", "1", "-f", "out.txt"],
+                     ["--cores", "1"]):
+            b = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=wf, env=_env(), capture_output=True,
+                               text=True, timeout=120)
+            said = b.stdout + b.stderr
+            assert b.returncode != 0, f"{args} was not refused:\n{said[-2000:]}"
+            assert "another snakemake is running in this checkout" in said and f"PID {a.pid} " in said, said[-2000:]
+            assert (wf / "out.txt").read_text() == "partial", f"{args} touched the running job's output"
+            assert a.poll() is None and _alive(job, job_start), f"{args} disturbed the running invocation"
+        dry = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=wf, env=_env(), capture_output=True,
+                             text=True, timeout=120)
+        # snakemake's own dry run then stops at the live job's output (IncompleteFilesException): the warning
+        # before it says why, and what not to do
+        assert "another snakemake is writing in this checkout" in dry.stderr and f"PID {a.pid} " in dry.stderr
+        assert "do not --rerun-incomplete" in dry.stderr
+        assert (wf / "out.txt").read_text() == "partial"
+    finally:
+        if a.poll() is None:
+            a.send_signal(signal.SIGINT)
+            try:
+                a.wait(30)
+            except subprocess.TimeoutExpired:
+                a.kill()
+                a.wait()
+        if job is not None and _start_time(job) is not None:
+            os.kill(job, signal.SIGKILL)
+
+
+def test_a_record_deleted_while_its_job_runs_is_written_again(tmp_path, capsys):
+    """A compile job writes a record per (target, tile); one deleted before the job ends used to fail the
+    job, and snakemake then deleted every good sibling."""
+    ss = _import_script_setup()
+    written = {str(tmp_path / f"{t}.json"): {"tile": t, "records": [{"status": "ok"}]} for t in ("a", "b", "c")}
+    for path, obj in written.items():
+        ss.write_json(path, obj)
+    Path(tmp_path / "b.json").unlink()
+    assert ss.restore_missing(written) == [str(tmp_path / "b.json")]
+    assert json.loads((tmp_path / "b.json").read_text()) == written[str(tmp_path / "b.json")]
+    assert "deleted while this job ran" in capsys.readouterr().err
+    assert ss.restore_missing(written) == []

@@ -1,5 +1,5 @@
 # Compile one variant: every (target, tile) at its shapes; record each outcome, never crash.
-from script_setup import setup, write_json  # noqa: E402
+from script_setup import restore_missing, setup, write_json  # noqa: E402
 
 setup(snakemake)
 from pathlib import Path  # noqa: E402
@@ -12,6 +12,7 @@ p = snakemake.params
 variant = get_variant(p.variant)
 artifacts = Path(snakemake.output.artifacts)
 artifacts.mkdir(parents=True, exist_ok=True)  # an output even when no target builds (all unsupported)
+written = {}
 for (target, tile_name, shapes), folder, out in zip(p.jobs, p.artifact_dirs, snakemake.output.records, strict=True):
     tile = parse_tile(tile_name)
     records = []
@@ -19,4 +20,6 @@ for (target, tile_name, shapes), folder, out in zip(p.jobs, p.artifact_dirs, sna
         rec = compile_record(variant, *parse_shape(shape), tile, target, Path(folder) / shape)
         print(target, tile_name, shape, rec["status"], rec.get("reason", ""), rec.get("compile_s"), flush=True)
         records.append(rec | {"shape": shape})
-    write_json(out, {"variant": variant.name, "target": target, "tile": tile_name, "records": records})
+    written[out] = {"variant": variant.name, "target": target, "tile": tile_name, "records": records}
+    write_json(out, written[out])
+restore_missing(written)

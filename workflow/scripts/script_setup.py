@@ -21,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -34,8 +35,8 @@ from pathlib import Path
 MAIN_ENV = "LPGEMM_SNAKEMAKE_MAIN"
 # after an interrupt, how long the jobs get to stop on their own before they are killed
 INTERRUPT_GRACE_S = 10.0
-# the locks this process holds on its job (setup), open for its whole life
-_held_locks: list[int] = []
+# descriptors this job keeps open for its whole life: its lock (setup), its sentinel's pipe
+_held_fds: list[int] = []
 
 
 class JobAlreadyRunning(RuntimeError):
@@ -90,7 +91,137 @@ def _lock_job(lock: Path, outputs: list[str]) -> None:
         raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"PID {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
-    _held_locks.append(fd)
+    _held_fds.append(fd)
+
+
+# ---------------------------------------------------------------- one invocation per checkout
+
+# Held, for its whole life, by the snakemake that may write in this checkout (flock: the kernel releases
+# it however that process dies, so a stale file never blocks anyone).
+INVOCATION_LOCK = Path(".snakemake") / "lpgemm-invocation.lock"
+# snakemake options that only read: a dry run, listings, graphs, summaries. They may run beside a writer.
+READ_ONLY_OPTIONS = ("dryrun", "summary", "detailed_summary", "list_rules", "list_target_rules", "dag", "rulegraph",
+                     "filegraph", "d3dag", "lint", "list_changes", "list_input_changes", "list_params_changes",
+                     "list_untracked", "list_conda_envs", "print_compilation", "containerize", "export_cwl")
+# what our writers leave behind when killed mid-write: write_json's and harness.inputs' mkstemp files
+# (".<name>.<8 random>.tmp") and harness.compile's "<name>.<pid>.tmp"
+_TEMP_FILE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$|^.+\.(?P<pid>[0-9]+)\.tmp$")
+_checkout_lock: list[int] = []
+
+
+try:  # in snakemake's process: its own error type, reported as a plain message
+    from snakemake.exceptions import WorkflowError as _WorkflowError
+except ImportError:  # pragma: no cover (a job's environment always has snakemake)
+    _WorkflowError = RuntimeError
+
+
+class CheckoutBusy(_WorkflowError):
+    """Another snakemake is writing in this checkout."""
+
+
+def _invocation_mode() -> str | None:
+    """'read' or 'write' for a snakemake started from its command line (sys.argv parsed by snakemake's
+    own parser), None where this process was not (the Python API, a test harness)."""
+    prog = Path(sys.argv[0]).name if sys.argv else ""
+    if prog != "snakemake" and not sys.argv[0].endswith(os.path.join("snakemake", "__main__.py")):
+        return None
+    try:
+        from snakemake.cli import get_argument_parser
+
+        args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
+    except (Exception, SystemExit):
+        return None
+    return "read" if any(getattr(args, o, False) for o in READ_ONLY_OPTIONS) else "write"
+
+
+def _holder(fd: int) -> str:
+    return os.pread(fd, 1000, 0).decode(errors="replace").strip() or "a process that has not written its PID yet"
+
+
+def guard_checkout(workflow) -> None:
+    """Called at parse time by the main snakemake process. One snakemake writes in a checkout at a time:
+    a second one that would write (a run, -f, --rerun-incomplete, --unlock, --touch, --delete-all-output,
+    --cleanup-metadata) is refused before it plans anything, naming the running one. Snakemake's own
+    advice to a second run (--unlock, then --rerun-incomplete) would otherwise have it delete the first
+    run's outputs as incomplete while that run is still writing them. A read-only invocation (-n, --summary,
+    listings, graphs) only warns. Started through the API (no command line to read), the lock is taken at
+    onstart (hold_checkout), before any job is prepared, which is when snakemake deletes outputs."""
+    mode = _invocation_mode()
+    if mode == "write":
+        hold_checkout(workflow)
+    elif mode == "read":
+        fd = _open_lock()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"lpgemm: warning: another snakemake is writing in this checkout ({_holder(fd)}). What this "
+                  f"shows can change under it, and snakemake calls the outputs of its running jobs incomplete: they "
+                  f"are not; do not --rerun-incomplete or --cleanup-metadata them while it runs", file=sys.stderr)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _open_lock() -> int:
+    INVOCATION_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(INVOCATION_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def hold_checkout(workflow=None) -> None:
+    """Take this checkout's invocation lock for the life of this process (once; again is a no-op), or
+    raise CheckoutBusy naming the snakemake that holds it and what to do. Then remove what killed writers
+    left half-written under results/ (no writer of this checkout is alive now)."""
+    if _checkout_lock:
+        return
+    fd = _open_lock()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        if holder.startswith(f"PID {os.getpid()} "):  # this very process, parsing the workflow again
+            return
+        raise CheckoutBusy(
+            f"another snakemake is running in this checkout ({holder}) and writing its results. Nothing was done "
+            f"and nothing of it was touched. Wait for it to end, or stop it (kill -INT <its PID>; its jobs stop "
+            f"with it), then run again; while it runs, only read-only options work (-n, --summary). Do not use "
+            f"--unlock or --rerun-incomplete against a live run: snakemake would delete its outputs as "
+            f"incomplete (lock: {INVOCATION_LOCK.resolve()})") from None
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            print(f"lpgemm: warning: cannot lock {INVOCATION_LOCK} ({e.strerror}); not guarding against a second "
+                  f"snakemake in this checkout", file=sys.stderr)
+            return
+        raise
+    os.ftruncate(fd, 0)
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    os.pwrite(fd, f"PID {os.getpid()} on host {socket.gethostname()}, started {started}: "
+                  f"{' '.join(sys.argv)[:300]}\n".encode(), 0)
+    _checkout_lock.append(fd)
+    remove_stale_temp_files(Path("results"))
+
+
+def remove_stale_temp_files(root: Path) -> list[Path]:
+    """Delete the temporary files that killed writers left under root (a kill -9 mid-write leaves a hidden
+    .tmp beside its target that no rerun would overwrite); a "<name>.<pid>.tmp" of a live process stays."""
+    removed = []
+    if not root.is_dir():
+        return removed
+    for folder, _, files in os.walk(root):
+        for name in files:
+            m = _TEMP_FILE.match(name)
+            if m is None or (m["pid"] and _proc_stat(int(m["pid"])) is not None):
+                continue
+            path = Path(folder) / name
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    if removed:
+        print(f"lpgemm: removed {len(removed)} temporary file(s) left by an interrupted run under {root}/",
+              file=sys.stderr)
+    return removed
 
 
 # ---------------------------------------------------------------- no job outlives its snakemake
@@ -135,6 +266,8 @@ def register_main(workflow) -> None:
     main = getattr(workflow, "is_main_process", None)
     if main is False:
         return
+    if main:
+        guard_checkout(workflow)
     ident = _identity()
     if ident is None:  # not Linux: no watching, behaviour as before
         return
@@ -235,6 +368,7 @@ def _watch_main() -> None:
     with contextlib.suppress(AttributeError, OSError):  # pidfd: Python 3.9+, Linux 5.3+
         pidfd = os.pidfd_open(pid)
     _become_group_leader()
+    _reap_group_at_exit()
     # checked after opening the pidfd, so that the descriptor is known to refer to that very process
     if not _alive(pid, start):
         _stop_job_tree(f"the snakemake process that scheduled this job (PID {pid}) is gone")
@@ -254,6 +388,36 @@ def _become_group_leader() -> None:
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.close(null)
+
+
+# The sentinel: blocks on a pipe whose only writer is the job, so it wakes however the job ends (kill -9
+# included), then kills the job's whole group. SIGINT (forwarded to the group) is not for it.
+_SENTINEL = ("import os, signal, sys\n"
+             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+             "try:\n    os.read(int(sys.argv[1]), 1)\nexcept OSError:\n    pass\n"
+             "try:\n    os.killpg(int(sys.argv[2]), signal.SIGKILL)\nexcept OSError:\n    pass\n")
+
+
+def _reap_group_at_exit() -> None:
+    """A job killed outright (kill -9, the OOM killer) leaves its subprocesses, nvcc and ptxas among them,
+    running under init: they are in its process group, but nothing signals a group when its leader dies.
+    A small sentinel process in the group outlives the job by a moment and kills what is left of it."""
+    if os.getpgrp() != os.getpid():
+        return  # not a group of our own: killing it would reach snakemake itself
+    import subprocess
+
+    read_end, write_end = os.pipe()  # both close-on-exec: no subprocess of the job holds the write end
+    try:
+        subprocess.Popen([sys.executable, "-S", "-c", _SENTINEL, str(read_end), str(os.getpid())],
+                         pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    except OSError as e:
+        print(f"lpgemm: warning: no sentinel for this job's subprocesses ({e})", file=sys.stderr)
+        os.close(write_end)
+    else:
+        _held_fds.append(write_end)  # kept open for the life of this process
+    finally:
+        os.close(read_end)
 
 
 def _alive(pid: int, start: int) -> bool:
@@ -340,3 +504,14 @@ def write_json(path, obj) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def restore_missing(written: dict) -> list[str]:
+    """At the end of a job that writes several records: write again any of them (path -> the object written)
+    that is gone. One record deleted while the job ran would otherwise fail the job (MissingOutputException),
+    and snakemake would then delete all its good siblings."""
+    missing = [str(path) for path in written if not Path(str(path)).exists()]
+    for path in missing:
+        write_json(path, written[path])
+        print(f"lpgemm: {path} was deleted while this job ran; written again", file=sys.stderr)
+    return missing
