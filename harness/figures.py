@@ -206,7 +206,10 @@ def accuracy(acc: pd.DataFrame, title: str) -> plt.Figure:
                     height=3.8, aspect=3.4, errorbar=None, palette=["#8da0cb", "#fc8d62"])
     g.set(yscale="log")
     for ax, (dist, sub) in zip(g.axes.flat, acc.groupby("dist"), strict=True):
-        sub = sub.set_index("variant").reindex(order)
+        # one row per variant (a damaged point's row can carry another family label for the same variant)
+        sub = sub.groupby("variant").agg(tol_total_rel_fro=("tol_total_rel_fro", "max"),
+                                         tol_kernel_rel_fro=("tol_kernel_rel_fro", "max"),
+                                         failed=("failed", "sum")).reindex(order)
         xs = np.arange(len(order))
         ax.scatter(xs - 0.2, sub["tol_total_rel_fro"], marker="_", s=300, color="#333", zorder=5,
                    label="tolerance")

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
-import shlex
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from harness.records import MANIFEST, MANIFEST_FORMAT, DamagedFile, read_json, recompute_command, shape_problem
 from kernels.registry import Operands
 
 # elements per task and worker threads: they change the speed, never a value. Per chunk each numpy call
@@ -222,13 +221,17 @@ def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-class CorruptInput(ValueError):
+class CorruptInput(DamagedFile):
     """An input file that is missing, unreadable or not the one recorded; the message names the file,
-    says what is wrong and how to rebuild it."""
+    says what is wrong and how to rebuild it (a DamagedFile: harness/records.py)."""
+
+
+def _rebuild(path: str | os.PathLike) -> str:
+    return f"rebuild it with: {recompute_command(path)}"
 
 
 def _corrupt(path: Path, what: str) -> CorruptInput:
-    return CorruptInput(f"{path}: {what}; rebuild it with: snakemake -f {shlex.quote(str(path))}")
+    return CorruptInput(path, what, _rebuild(path))
 
 
 def _compact(t: torch.Tensor) -> torch.Tensor:
@@ -306,11 +309,8 @@ def load_operands(path: str | os.PathLike, expected: dict | None = None,
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise CorruptInput(f"{path}: unreadable manifest ({type(e).__name__}: {e}); rebuild the input set: "
-                           f"snakemake -f {shlex.quote(str(path))}") from e
+    """An input set's manifest, checked for the entries every run reads, or CorruptInput naming it."""
+    return read_json(path, MANIFEST, fix=f"rebuild the input set: {recompute_command(path)}", error=CorruptInput)
 
 
 def load_point(fp32: str | os.PathLike, fmt_file: str | os.PathLike, manifest_file: str | os.PathLike,
@@ -319,14 +319,31 @@ def load_point(fp32: str | os.PathLike, fmt_file: str | os.PathLike, manifest_fi
     of format ``fmt_name``, and those operands' sha256 (recorded with every result)."""
     m = read_manifest(manifest_file)
     raw = load_operands(Path(fp32), m["fp32"]["tensors"], m["fp32"]["file_sha256"])
-    return raw, *load_format(fmt_file, m, fmt_name)
+    return raw, *load_format(fmt_file, m, fmt_name, manifest_file)
+
+
+def format_entry(manifest: dict, fmt_name: str, manifest_file: str | os.PathLike = "manifest.json") -> dict:
+    """The manifest's entry of format ``fmt_name``, or CorruptInput naming the manifest, the missing or
+    malformed entry and the command that rebuilds the input set (which writes every format it needs)."""
+    fix = f"rebuild the input set: {recompute_command(manifest_file)}"
+    formats = manifest.get("formats")
+    if not isinstance(formats, dict) or fmt_name not in formats:
+        have = ", ".join(sorted(formats)) if isinstance(formats, dict) and formats else "none"
+        raise CorruptInput(manifest_file, f"no entry formats.{fmt_name} (it has: {have})", fix)
+    if (p := shape_problem(formats[fmt_name], MANIFEST_FORMAT, f"formats.{fmt_name}")) is not None:
+        raise CorruptInput(manifest_file, f"wrong shape: {p}", fix)
+    return formats[fmt_name]
 
 
 def load_format(fmt_file: str | os.PathLike, manifest: str | os.PathLike | dict,
-                fmt_name: str) -> tuple[Operands, dict[str, str]]:
+                fmt_name: str, manifest_file: str | os.PathLike | None = None) -> tuple[Operands, dict[str, str]]:
     """The operands of format ``fmt_name`` alone, verified against the manifest (a path, or one already
-    read), and their sha256: what needs no unquantized A and B (a peer, a profile) loads only this."""
-    m = manifest if isinstance(manifest, dict) else read_manifest(manifest)
-    fmt = m["formats"][fmt_name]
+    read: then ``manifest_file`` names it in errors), and their sha256: what needs no unquantized A and B
+    (a peer, a profile) loads only this."""
+    if isinstance(manifest, dict):
+        m, where = manifest, manifest_file if manifest_file is not None else Path(fmt_file).parent.parent / "manifest.json"
+    else:
+        m, where = read_manifest(manifest), manifest
+    fmt = format_entry(m, fmt_name, where)
     ops = load_operands(Path(fmt_file), fmt["tensors"], fmt["file_sha256"])
     return ops, {k: v["sha256"] for k, v in fmt["tensors"].items()}

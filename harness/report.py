@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import figures, profile, tables
+from harness import figures, profile, records, tables
 from kernels.registry import Variant, bytes_per_element
 
 STATUS_STYLE = {"failed": "background:#f4b6bf;color:#7a0019;font-weight:600", "unsupported": "background:#ececec"}
@@ -42,6 +42,7 @@ STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1500px;color:#222;padding:0 1rem}
 h1{margin-bottom:.2rem} h2{border-bottom:2px solid #ddd;padding-bottom:.2rem;margin-top:2.4rem}
 .banner{background:#fff4d6;border-left:5px solid #e0a800;padding:.7rem 1rem}
+.damaged{background:#fbe3e6;border-left:5px solid #b00020;padding:.4rem 1rem .7rem}
 figure{margin:1rem 0} img{max-width:100%;height:auto} figcaption{color:#555;font-size:.9rem}
 table.tbl{border-collapse:collapse;font-size:.8rem;margin:.6rem 0;display:block;overflow-x:auto;max-height:32rem}
 table.tbl th,table.tbl td{border:1px solid #ddd;padding:.2rem .45rem;text-align:right;white-space:nowrap}
@@ -370,9 +371,21 @@ def compile_section(this: dict, figs: Figures) -> str:
             + table(detail, highlight="status", fmt={"compile_s_median": "{:.2f}"}))
 
 
-def profiles_section(sets: Sequence[tuple[str | Path, str]]) -> str:
+def damaged_section(damaged: Sequence[records.DamagedFile]) -> str:
+    """Every input file the report could not read, by name, with what is wrong and its fix: what such a
+    file holds is missing from (or failed in) every section below, and must not go unnoticed."""
+    if not damaged:
+        return ""
+    rows = pd.DataFrame([{"file": e.path, "what is wrong": e.problem, "fix": e.fix} for e in damaged])
+    return (f'<div class="damaged" id="damaged-inputs"><h2>Damaged inputs</h2><p><b>Warning: {len(damaged)} '
+            "file(s) this report reads could not be read.</b> What they hold is left out of the sections below "
+            "(a damaged point is a failed row there); restore or recompute each with its fix, then rebuild "
+            "the report.</p>" + table(rows) + "</div>")
+
+
+def profiles_section(sets: Sequence[tuple[str | Path, str]], damaged: list | None = None) -> str:
     """Every Nsight Compute profile summary of each (folder, label) result set (harness/profile.py)."""
-    frames = [tables.profile_table(folder).assign(set=label) for folder, label in sets]
+    frames = [tables.profile_table(folder, damaged).assign(set=label) for folder, label in sets]
     prof = pd.concat([f for f in frames if not f.empty] or [frames[0]], ignore_index=True)
     how = ("<p>Nsight Compute (<code>ncu --clock-control none</code>; caches flushed before every replay pass) "
            "of one call of the variant, its own kernels only; figures of the longest kernel. SOL %: share of "
@@ -424,7 +437,12 @@ def render_report(result_dir: str | Path, label: str, limits: Mapping[str, dict 
     t = timed_tables(timed, peers)
     acc = tables.accuracy(this["tidy"])
     figs = Figures(captions)
+    # damaged committed points, provenance or ceilings of any set: listed at the top, never a crash
+    damaged = [e for s in (this, *refs) for e in s["damaged"]]
+    profiles = profiles_section([(result_dir, this["label"]), *references], damaged)
+    records.warn(damaged)
     sections = [header(this, timed, result_dir, generated or datetime.now(timezone.utc)),
+                damaged_section(damaged),
                 headline_section(t, variants, figs),
                 at_a_glance_section(acc, t, peers),
                 environment_section([this, *refs]),
@@ -436,6 +454,6 @@ def render_report(result_dir: str | Path, label: str, limits: Mapping[str, dict 
                 weight_bandwidth_section(t, peers, figs),
                 accuracy_section(this, acc, figs),
                 compile_section(this, figs),
-                profiles_section([(result_dir, this["label"]), *references]),
+                profiles,
                 comparison_section(this, refs, regression_threshold, figs)]
     return page(this["label"], sections), figs.png

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from harness import sass
+from harness.records import CEILINGS, COMPILE, PROFILE_SUMMARY, PROVENANCE, RUN, DamagedFile, note, read_json
 from kernels.registry import bytes_moved
 
 # the columns that identify a measurement (unique in a tidy table); everything else is a metric or a tag.
@@ -22,24 +23,31 @@ class DuplicateRows(ValueError):
     """Two run records claim the same measurement key."""
 
 
-class UnreadableRecord(ValueError):
-    """A result file that is not a complete JSON record (truncated, corrupt, or of another layout)."""
+# every JSON read here goes through harness.records.read_json; the old name stays for callers
+UnreadableRecord = DamagedFile
 
 
-def read_record(path: str | Path, required: tuple[str, ...]) -> dict:
-    """A run or compile record, or UnreadableRecord naming the file and how to recompute it."""
+def read_ceilings(path: str | Path | None, damaged: list | None = None) -> dict:
+    """The library probes of a ceilings.json ({} for none). A damaged file is noted in ``damaged`` and
+    counts as no probes when that list is given, else raised."""
+    if path is None:
+        return {}
     try:
-        d = json.loads(Path(path).read_text())
-        missing = [k for k in required if k not in d]
-        if missing:
-            raise ValueError(f"no {', '.join(missing)}")
-        return d
-    except (OSError, ValueError) as e:
-        raise UnreadableRecord(f"{path}: unreadable result ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
-                               f"recompute it: snakemake -f {path}") from e
+        return read_json(path, CEILINGS)["ceilings"]
+    except DamagedFile as e:
+        if damaged is None:
+            raise
+        note(damaged, e)
+        return {}
 
 
-def unreadable_run(path: str, error: UnreadableRecord, defaults: dict) -> dict:
+def _row_without_status(path: str, i: int, row: dict) -> dict:
+    # a row the runner always gives a status: without one it is no measurement, and must not read as NaN
+    e = DamagedFile(path, f"wrong shape: key 'rows[{i}].status' is missing (tile {row.get('tile')})")
+    return row | {"status": "failed", "reason": str(e) + (f" (its reason: {row['reason']})" if row.get("reason") else "")}
+
+
+def unreadable_run(path: str, error: DamagedFile, defaults: dict) -> dict:
     """The one failed row standing for an unreadable run file: its key from the path grammar
     (.../{entry}/{dist}/{M}x{N}x{K}.json), what the config says of its entry, the reason."""
     entry, dist, stem = Path(path).parts[-3], Path(path).parts[-2], Path(path).stem
@@ -52,7 +60,7 @@ def unreadable_run(path: str, error: UnreadableRecord, defaults: dict) -> dict:
 
 def tidy_runs(run_files: list[str], ceilings_file: str | None = None, physical: dict | None = None,
               bytes_of: dict[str, tuple[float, float, float]] | None = None, point_set: str = ONE_RUN,
-              defaults: dict[str, dict] | None = None) -> pd.DataFrame:
+              defaults: dict[str, dict] | None = None, damaged: list | None = None) -> pd.DataFrame:
     """One row per platform x target x config entry x distribution x shape x tile: metrics, env tags,
     and, for timed rows, their fraction of the physical limits and of the run's measured best.
 
@@ -60,17 +68,25 @@ def tidy_runs(run_files: list[str], ceilings_file: str | None = None, physical: 
     variant, bytes per element of A and B that its kernel reads and of C it writes. An unreadable file
     becomes one failed row naming it (the others are kept); ``defaults`` fills that row's columns: per
     config entry (variant, family, precision, ...) and under "*" for every file (platform, target).
+    A file of the wrong shape is unreadable too; a row without a status is failed, naming the file.
+    ``damaged``: where given, every damaged file is noted there (harness.records.note), and a damaged
+    ceilings file counts as no probes instead of raising.
     """
-    records = []
+    records, unreadable = [], []
     for f in run_files:
         try:
-            d = read_record(f, ("point", "env", "rows"))
-        except UnreadableRecord as e:
+            d = read_json(f, RUN)
+        except DamagedFile as e:
             records.append(unreadable_run(f, e, defaults or {}) | {"point_set": point_set})
+            note(damaged, e)
+            unreadable.append(str(f))
             continue
-        for row in d["rows"]:
-            tol = {f"tol_{k}": v for k, v in d.get("tolerance", {}).items()}
-            point = {k: v for k, v in d["point"].items() if k != "input_sha256"}
+        tol = {f"tol_{k}": v for k, v in d.get("tolerance", {}).items()}
+        point = {k: v for k, v in d["point"].items() if k != "input_sha256"}
+        for i, row in enumerate(d["rows"]):
+            if not isinstance(row.get("status"), str):
+                row = _row_without_status(str(f), i, row)
+                note(damaged, DamagedFile(f, f"wrong shape: key 'rows[{i}].status' is missing"))
             records.append(point | d["env"] | tol | row | {"input_sha256": json.dumps(d["point"].get("input_sha256", {})),
                                                             "source_file": str(f), "point_set": point_set})
     df = pd.DataFrame.from_records(records)
@@ -80,33 +96,49 @@ def tidy_runs(run_files: list[str], ceilings_file: str | None = None, physical: 
         known = df.loc[df[col] != "?", col]
         if len(known):
             df.loc[df[col] == "?", col] = known.mode().iloc[0]
+    if unreadable:  # and what its entry's readable files say of it (no config defaults: a report's reference set)
+        bad = df["source_file"].isin(unreadable)
+        for col in ("variant", "family", "precision", "ops_unit", "input_format"):
+            if col in df:
+                of_entry = df[~bad].groupby("entry")[col].first()
+                df.loc[bad, col] = df.loc[bad, "entry"].map(of_entry).fillna(df.loc[bad, col])
     check_unique(df)
     for col in ("throughput", "time_ms_median", "time_ms_p20", "time_ms_p80"):
         if col not in df:
             df[col] = np.nan
-    df = add_limits(df, read_record(ceilings_file, ("ceilings",))["ceilings"] if ceilings_file else {},
-                    physical, bytes_of or {})
+    df = add_limits(df, read_ceilings(ceilings_file, damaged), physical, bytes_of or {})
     front = [c for c in SORT + ["status", "reason", "throughput", "ops_unit", "time_ms_median", "time_ms_p20",
                                 "time_ms_p80", "pct_of_peak", "pct_of_roof", "pct_of_measured_best"] if c in df]
     return df[front + [c for c in df.columns if c not in front]].sort_values(SORT).reset_index(drop=True)
 
 
 def point_sets(points_dir: str | Path, physical: dict | None, bytes_of: dict[str, tuple[float, float, float]],
-               defaults: dict[str, dict] | None = None) -> tuple[pd.DataFrame, dict, list[str], pd.DataFrame]:
+               defaults: dict[str, dict] | None = None,
+               damaged: list | None = None) -> tuple[pd.DataFrame, dict, list[str], pd.DataFrame]:
     """A published folder's points, one family refresh per sub-folder: the tidy rows of every family
     (each with the limits of its own run), the best ceiling probes over all runs, every compile record,
-    and one provenance row per family (when, at which commit, on which GPU it was measured)."""
+    and one provenance row per family (when, at which commit, on which GPU it was measured).
+
+    A damaged run file becomes a failed row naming it. With a ``damaged`` list (the report's "Damaged
+    inputs"), a damaged provenance or ceilings file leaves its family's provenance or probes out and every
+    damaged file is noted there; without one (rebuilding the committed tables) they raise DamagedFile."""
     frames, ceilings, compiled, sets = [], {}, [], []
     for d in sorted(p for p in Path(points_dir).iterdir() if p.is_dir()):
-        prov = json.loads((d / "provenance.json").read_text())
+        try:
+            prov = read_json(d / "provenance.json", PROVENANCE)
+        except DamagedFile as e:
+            if damaged is None:  # no list to show it in (rebuilding the committed tables): refused
+                raise
+            note(damaged, e)
+            prov = {"damaged": f"{e.path}: {e.problem}"}
         runs = sorted(str(f) for f in (d / "runs").rglob("*.json"))
         frames.append(tidy_runs(runs, str(d / "ceilings.json"), physical, bytes_of, point_set=d.name,
-                                defaults=defaults))
-        for name, probe in read_record(d / "ceilings.json", ("ceilings",))["ceilings"].items():
+                                defaults=defaults, damaged=damaged))
+        for name, probe in read_ceilings(d / "ceilings.json", damaged).items():
             if name not in ceilings or (probe.get("value") or 0) > (ceilings[name].get("value") or 0):
                 ceilings[name] = probe | {"how": f"{probe.get('how', '')} (run of {d.name})"}
         compiled += sorted(str(f) for f in (d / "compile").rglob("*.json"))
-        sets.append({"point_set": d.name, "rows": len(frames[-1]), **{k: (", ".join(v) if isinstance(v, list) else v)
+        sets.append({"point_set": d.name, "rows": len(frames[-1]), **{k: (", ".join(map(str, v)) if isinstance(v, list) else v)
                                                                       for k, v in prov.items() if k != "family"}})
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if len(df):
@@ -198,15 +230,17 @@ def roofs(df: pd.DataFrame, ceilings: dict, physical: dict | None) -> pd.DataFra
     return pd.DataFrame(rows, columns=["kind", "precision", "value", "unit", "by"])
 
 
-def compile_matrix(compile_files: list[str]) -> pd.DataFrame:
+def compile_matrix(compile_files: list[str], damaged: list | None = None) -> pd.DataFrame:
     """One row per target x variant x tile x shape: status, reason, the SASS's tensor-core instructions
     (``sass_mma``: opcode xcount; ``sass``: their short names), spill instructions, registers, memory, and
-    the instruction classes of the generated source."""
+    the instruction classes of the generated source. A damaged record becomes a failed row naming it (and
+    is noted in ``damaged``)."""
     rows = []
     for f in compile_files:
         try:
-            d = read_record(f, ("records",))
-        except UnreadableRecord as e:  # results/compile/{variant}/{target}/[sweep/]{tile}.json
+            d = read_json(f, COMPILE)
+        except DamagedFile as e:  # results/compile/{variant}/{target}/[sweep/]{tile}.json
+            note(damaged, e)
             parts = Path(f).parts
             variant, target = (parts[-3], parts[-2]) if parts[-2] != "sweep" else (parts[-4], parts[-3])
             rows.append({"target": target, "variant": variant, "tile": Path(f).stem, "shape": "?",
@@ -422,16 +456,22 @@ def load_set(directory: str | Path, label: str, physical: dict | None = None,
              bytes_of: dict[str, tuple[float, float, float]] | None = None) -> dict:
     """A result set, with a label saying where it comes from: the tidy table, compile matrix, limits and
     ceilings of one platform's run (its collect outputs), or of a published folder, read from its
-    per-family points (``physical``, ``bytes_of``: as for ``tidy_runs``)."""
+    per-family points (``physical``, ``bytes_of``: as for ``tidy_runs``). ``damaged``: the files it could
+    not read (DamagedFile each), which the report lists by name with their fix."""
     d = Path(directory)
+    damaged: list[DamagedFile] = []
     if (d / "points").is_dir():
-        tidy, ceilings, compiled, sets = point_sets(d / "points", physical, bytes_of or {})
-        cm = compile_matrix(compiled)
+        tidy, ceilings, compiled, sets = point_sets(d / "points", physical, bytes_of or {}, damaged=damaged)
+        cm = compile_matrix(compiled, damaged)
         limits = roofs(tidy, ceilings, physical)
         env = {}
     else:
         ceilings_file = d / "ceilings.json"
-        probes = read_record(ceilings_file, ("env", "ceilings")) if ceilings_file.exists() else {}
+        try:
+            probes = read_json(ceilings_file, CEILINGS) if ceilings_file.exists() else {}
+        except DamagedFile as e:
+            note(damaged, e)
+            probes = {}
         env, ceilings = probes.get("env", {}), probes.get("ceilings", {})
         tidy = pd.read_parquet(d / "tidy.parquet")
         cm = pd.read_csv(d / "compile_matrix.csv", dtype={"reason": str})
@@ -448,6 +488,7 @@ def load_set(directory: str | Path, label: str, physical: dict | None = None,
         "env": env or (tidy.iloc[0][["gpu_name", "driver", "cuda", "torch", "tilelang", "git_commit"]].to_dict()
                        if len(tidy) else {}),
         "timed": bool(len(tidy) and tidy["throughput"].notna().any()),
+        "damaged": damaged,
     }
 
 
@@ -522,17 +563,21 @@ def profile_summary_files(folder: str | Path) -> list[Path]:
     return sorted(Path(folder).glob("profile/**/*summary.json"))
 
 
-def profile_table(folder: str | Path) -> pd.DataFrame:
+def profile_table(folder: str | Path, damaged: list | None = None) -> pd.DataFrame:
     """One row per profile summary under ``folder``/profile (harness/profile.py): the point, its main
-    kernel's SOL figures and limiter, DRAM bytes against the counted bytes, the top stalls."""
+    kernel's SOL figures and limiter, DRAM bytes against the counted bytes, the top stalls. A damaged
+    summary is a row saying so (and noted in ``damaged``)."""
     rows = []
     for f in profile_summary_files(folder):
         try:
-            d = read_record(str(f), ("point", "kernels", "limiter"))
-        except UnreadableRecord as e:
+            d = read_json(f, PROFILE_SUMMARY)
+            main = next((k for k in d["kernels"] if k["name"] == d["main_kernel"]), None)
+            if main is None:
+                raise DamagedFile(f, f"wrong shape: main_kernel {d['main_kernel']!r} is none of its 'kernels'")
+        except DamagedFile as e:
+            note(damaged, e)
             rows.append({"file": str(f), "limiter": f"unreadable: {e}"})
             continue
-        main = next(k for k in d["kernels"] if k["name"] == d["main_kernel"])
         rows.append({**{k: d["point"][k] for k in ("entry", "dist", "shape", "tile", "target")},
                      "limiter": d["limiter"], "duration_us": d["duration_us"],
                      **{k: main.get(k) for k in PROFILE_METRICS},

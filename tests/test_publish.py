@@ -7,6 +7,7 @@ import yaml
 from conftest import PUBLISHED_TABLES, REPO, copy_workflow, snakemake
 
 from harness import tables  # noqa: E402
+from harness.records import DamagedFile  # noqa: E402
 from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
 POINTS = REPO / "results/published/h200/points"
@@ -77,7 +78,7 @@ def test_a_point_set_without_provenance_is_refused(tmp_path):
     points = tmp_path / "points"
     shutil.copytree(POINTS / "int4", points / "int4")
     (points / "int4/provenance.json").unlink()
-    with pytest.raises(FileNotFoundError, match="provenance.json"):
+    with pytest.raises(DamagedFile, match="provenance.json: missing; "):
         _load(points)
 
 

@@ -3,8 +3,6 @@
 # needs the workflow (code inputs, report items, the profile rule's host check) is added. Everything a
 # job needs is a function of the config and its wildcards; only run_on's `auto` looks at the planning host.
 import contextlib
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -17,6 +15,7 @@ sys.path.insert(0, str(REPO))
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from harness.plan import ConfigError, Plan, UnplannedTarget, kind, sweep_record, validate  # noqa: E402
+from harness.records import failure_lines  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS  # noqa: E402
 
@@ -166,15 +165,18 @@ def run_inputs(variant, kind):
 
 
 def run_params(variant, kind):
+    """A run job's params. Snakemake reruns a job whose params change, so a CPU emulation gets none of what
+    only a GPU run uses (timing, tiles, peers): changing those never reruns it."""
+    gpu = kind == "gpu"
     return {"variant": impl(variant).name, "entry": variant, "shapes": variant_shapes(variant, kind),
-            "tolerance": config["variants"][variant]["tolerance"], "timing": config["timing"],
-            "platform_spec": (lambda wc: platform_spec(wc.platform)) if kind == "gpu" else None,
-            "arch": (lambda wc: run_arch(wc.platform)) if kind == "gpu" else None,
+            "tolerance": config["variants"][variant]["tolerance"], "timing": config["timing"] if gpu else None,
+            "platform_spec": (lambda wc: platform_spec(wc.platform)) if gpu else None,
+            "arch": (lambda wc: run_arch(wc.platform)) if gpu else None,
             # shape -> the tiles of its class
             "tiles": (lambda wc: {s: tiles_for_shape(variant, run_arch(wc.platform), s) for s in variant_shapes(variant, kind)})
-            if kind == "gpu" else {},
+            if gpu else {},
             # shape -> role -> the peer's entry, run record and input file (paired timing)
-            "peers": (lambda wc: peer_points(variant, wc.platform, wc.dist)) if kind == "gpu" else {}}
+            "peers": (lambda wc: peer_points(variant, wc.platform, wc.dist)) if gpu else {}}
 
 
 def ceilings_input(wc):
@@ -262,23 +264,15 @@ def profile_summaries(folder):
 
 
 def report_failures(limit=40):
-    """After a run (onsuccess and onerror): every failed row of the planned platforms' results, with the
-    log that holds its traceback, on the console; the failed jobs' logs are shown by Snakemake itself
+    """After a run (onsuccess and onerror): every failed row of the planned platforms' results and every
+    failed compile record, with the log that holds its traceback, and every unreadable one with its fix,
+    on the console (harness/records.py: failure_lines); the failed jobs' logs are shown by Snakemake itself
     (show-failed-logs in the profiles)."""
-    lines = []
-    for platform in RUN_ON:
-        for f in run_outputs(platform):
-            if not os.path.exists(f):
-                continue
-            try:
-                d = json.loads(Path(f).read_text())
-                bad = [(r.get("tile"), r.get("reason")) for r in d["rows"] if r.get("status") == "failed"]
-                log = d["point"].get("log", "")
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                bad, log = [("?", f"unreadable result ({type(e).__name__}); recompute it: snakemake -f {f}")], ""
-            lines += [f"  {f} [{tile}]: {reason}" + (f"\n      log: {log}" if log else "") for tile, reason in bad]
+    try:
+        runs = [f for platform in RUN_ON for f in run_outputs(platform)]
+        compiled = sorted({f for platform in RUN_ON for f in compile_outputs(platform)})
+        lines = failure_lines(runs, compiled, limit)
+    except Exception as e:  # the summary must never hide the run's own outcome
+        lines = [f"lpgemm: no failure summary ({type(e).__name__}: {e})"]
     if lines:
-        print(f"lpgemm: {len(lines)} failed row(s):", *lines[:limit], file=sys.stderr, sep="\n")
-        if len(lines) > limit:
-            print(f"  ... and {len(lines) - limit} more (status == failed in results/<platform>/tidy.csv)",
-                  file=sys.stderr)
+        print(*lines, sep="\n", file=sys.stderr)

@@ -5,7 +5,7 @@ from script_setup import setup  # noqa: E402
 
 setup(snakemake)
 
-from harness.tables import compile_matrix, point_sets, read_record, roofs, tidy_runs  # noqa: E402
+from harness.tables import compile_matrix, point_sets, read_ceilings, roofs, tidy_runs  # noqa: E402
 from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
 load_all()
@@ -15,13 +15,15 @@ bytes_of = {v: bytes_per_element(v) for v in VARIANTS}
 defaults = {entry: {k: getattr(VARIANTS[v], k) for k in ("family", "precision", "ops_unit", "input_format")} | {"variant": v}
             for entry, v in ((e, c.get("uses", e)) for e, c in snakemake.config["variants"].items())}
 defaults["*"] = {"platform": snakemake.wildcards.platform}
+# a damaged run or compile file becomes a failed row naming it and its fix; a damaged ceilings.json or
+# provenance.json fails this job with the same message (DamagedFile, harness/records.py)
 if "points_dir" in snakemake.params.keys():
     df, ceilings, compiled, sets = point_sets(snakemake.params.points_dir, physical, bytes_of, defaults)
     sets.to_csv(snakemake.output.point_sets, index=False)
 else:
     ceilings_file = snakemake.input.ceilings[0] if snakemake.input.ceilings else None
     df = tidy_runs(list(snakemake.input.runs), ceilings_file, physical, bytes_of, defaults=defaults)
-    ceilings = read_record(ceilings_file, ("ceilings",))["ceilings"] if ceilings_file else {}
+    ceilings = read_ceilings(ceilings_file)
     compiled = list(snakemake.input.compiled)
 df.to_csv(snakemake.output.csv, index=False)
 df.to_parquet(snakemake.output.parquet, index=False)

@@ -3,7 +3,6 @@
 from script_setup import gpu_lock, setup, write_json  # noqa: E402
 
 repo = setup(snakemake)
-import json  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -11,6 +10,7 @@ from pathlib import Path  # noqa: E402
 
 from harness import profile  # noqa: E402
 from harness.device import check_landed, environment_tags  # noqa: E402
+from harness.records import COMPILE, DamagedFile, read_json  # noqa: E402
 from harness.runner import kernel_names  # noqa: E402
 from kernels.registry import bytes_moved, bytes_per_element, get_variant  # noqa: E402
 from kernels.tiles import parse_shape  # noqa: E402
@@ -21,11 +21,17 @@ check_landed(wc.platform, p.platform_spec)
 ncu = profile.ncu_path()
 names = None
 if variant.kernel is not None:  # its own kernels only, by name, as its compile step built them at this shape
-    record = json.loads(Path(snakemake.input.compiled).read_text())
-    rec = next(r for r in record["records"] if r["shape"] == wc.shape)
+    try:
+        record = read_json(snakemake.input.compiled, COMPILE)
+    except DamagedFile as e:
+        raise SystemExit(f"nothing to profile: {e}") from None
+    rec = next((r for r in record["records"] if r["shape"] == wc.shape), None)
+    if rec is None:
+        raise SystemExit(f"{snakemake.input.compiled} has no record at {wc.shape}; recompute it: "
+                         f"snakemake --cores 1 -f {snakemake.input.compiled}")
     if rec["status"] != "ok":
         raise SystemExit(f"{variant.name} {wc.tile} at {wc.shape} did not compile ok for {p.arch} ({rec['status']}: "
-                         f"{rec['reason']}): nothing to profile")
+                         f"{rec.get('reason', '')}): nothing to profile")
     names = sorted(kernel_names((Path(snakemake.input.artifacts) / wc.shape / "kernel.cu").read_text()))
 child = [sys.executable, "-m", "harness.profile", "--variant", variant.name, "--shape", wc.shape, "--tile", wc.tile,
          "--arch", p.arch, "--fp32", snakemake.input.fp32, "--formats", snakemake.input.formats,

@@ -4,12 +4,15 @@
 from script_setup import setup, write_json  # noqa: E402
 
 setup(snakemake)
-import json  # noqa: E402
 import shutil  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from harness.device import git_commit  # noqa: E402
+from harness.records import RUN, read_json  # noqa: E402
+
+# what provenance.json is made of: a run file without it cannot be published (DamagedFile names it and the fix)
+RUN_WITH_ENV = RUN | {"env": {"date": str, "gpu_name": str, "git_commit": str}}
 
 out = Path(snakemake.output[0])
 platform = snakemake.wildcards.platform
@@ -18,8 +21,8 @@ for f in map(Path, snakemake.input.runs):
     # results/{platform}/{entry}/{dist}/{shape}.json -> runs/{entry}/{dist}/{shape}.json
     dest = out / "runs" / f.relative_to(f"results/{platform}")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    envs.append(read_json(f, RUN_WITH_ENV)["env"])  # checked before it is copied
     shutil.copy2(f, dest)
-    envs.append(json.loads(f.read_text())["env"])
 for f in map(Path, snakemake.input.compiled):
     # results/compile/{variant}/{target}/[sweep/]{tile}.json -> compile/...
     dest = out / "compile" / f.relative_to("results/compile")

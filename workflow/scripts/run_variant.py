@@ -1,17 +1,16 @@
 # Run one variant on one input set per shape: GPU (correctness, then timing) or CPU emulation (numerics
 # only). A shape that cannot be run (a corrupt input, a crash) gets failed rows with the reason; the
 # other shapes' results are still written.
-from script_setup import gpu_lock, setup, write_json  # noqa: E402
+from script_setup import gpu_lock, restore_missing, setup, write_json  # noqa: E402
 
 setup(snakemake)
-import json  # noqa: E402
 import traceback  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from harness.compile import error_summary  # noqa: E402
 from harness.device import check_landed, environment_tags  # noqa: E402
-from harness.inputs import CorruptInput, load_format, load_point  # noqa: E402
+from harness.inputs import load_format, load_point  # noqa: E402
 from harness.power import open_nvml  # noqa: E402
+from harness.records import RUN, DamagedFile, compile_outcomes, read_json  # noqa: E402
 from harness.runner import Pairing, Peer, run_emulated, run_gpu  # noqa: E402
 from harness.stats import StoppingRule  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
@@ -32,17 +31,9 @@ def tile_names(shape):
     return [t.name for t in tiles[shape]] if variant.kernel is not None else [LIBRARY]
 
 
-def compile_outcomes() -> dict[str, dict[str, tuple[str, str]]]:
-    """{shape: {tile: (status, reason)}} from this platform's compile records (GPU platforms only)."""
-    out: dict[str, dict[str, tuple[str, str]]] = {}
-    for f in snakemake.input.get("compiled", []):
-        d = json.loads(Path(f).read_text())
-        for r in d["records"]:
-            out.setdefault(r["shape"], {})[d["tile"]] = (r["status"], r.get("reason", ""))
-    return out
-
-
-COMPILED = compile_outcomes() if p.arch is not None else {}
+# {shape: {tile: (status, reason)}} from this platform's compile records (GPU platforms only); a damaged
+# record fails its own tile at every shape, naming the file and the fix, and the other tiles still run
+COMPILED = compile_outcomes(snakemake.input.get("compiled", []), p.shapes) if p.arch is not None else {}
 
 
 def peer(role: str, planned: dict | None, manifest_file) -> Peer | None:
@@ -53,10 +44,9 @@ def peer(role: str, planned: dict | None, manifest_file) -> Peer | None:
         return Peer(role, get_variant(name), skip="no config entry times it at this point") if name else None
     pv = get_variant(planned["variant"])
     try:
-        rec = json.loads(Path(planned["record"]).read_text())
-        rec["point"], rec["rows"]  # noqa: B018 (a record without them is unreadable)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return Peer(role, pv, skip=f"its run record {planned['record']} is unreadable ({type(e).__name__})")
+        rec = read_json(planned["record"], RUN)
+    except DamagedFile as e:
+        return Peer(role, pv, skip=f"its run record is damaged: {e}")
     ok = [r for r in rec["rows"] if r.get("status") == "ok" and r.get("time_ms_median")]
     if not ok:
         why = "; ".join(sorted({f"{r.get('status')}: {r.get('reason', '')}"[:160] for r in rec["rows"]}))
@@ -96,13 +86,14 @@ def run_shape(shape, fp32, fmt_file, manifest_file):
     return rows, sha, (pair.samples if pair else {})
 
 
+written = {}
 for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
                                                      snakemake.input.manifest, snakemake.output, strict=True):
     try:
         rows, sha, paired = run_shape(shape, fp32, fmt_file, manifest_file)
     except Exception as e:  # this shape only: the others still run and keep their results
         traceback.print_exc()
-        reason = str(e) if isinstance(e, CorruptInput) else error_summary(e)
+        reason = str(e) if isinstance(e, DamagedFile) else error_summary(e)  # a CorruptInput is one
         rows, sha, paired = [{"tile": t, "status": "failed", "reason": reason} for t in tile_names(shape)], {}, {}
     M, N, K = parse_shape(shape)
     point = {"platform": wc.platform, "target": p.arch or "cpu", "variant": variant.name, "entry": p.entry, "family": variant.family,
@@ -113,5 +104,7 @@ for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.f
     for r in rows:
         print(shape, r.get("tile"), r.get("status"), r.get("reason"), r.get("throughput"), flush=True)
     # paired_samples: each power state's per-round times of every contender, from which the ratios come
-    write_json(out, {"point": point, "env": environment_tags(), "tolerance": p.tolerance, "rows": rows,
-                     "paired_samples": paired})
+    written[out] = {"point": point, "env": environment_tags(), "tolerance": p.tolerance, "rows": rows,
+                    "paired_samples": paired}
+    write_json(out, written[out])
+restore_missing(written)
