@@ -22,6 +22,22 @@
 # run_on lists those to run ("auto": this host); target: an nvcc arch (sm_90a); tile: kernels/tiles.py
 # grammar, "lib" for a library baseline, "emulated" on the CPU.
 
+# Snakemake's own error for a broken config.yaml gives no line or column: read it first (a --configfile is
+# read by Snakemake before this file, and keeps its message)
+import sys as _sys
+
+from snakemake.exceptions import WorkflowError as _WorkflowError
+
+_sys.path.insert(0, workflow.basedir)
+from harness.plan import ConfigError as _ConfigError, load_config_text as _load_config_text  # noqa: E402
+
+if not workflow.config_settings.configfiles:
+    try:
+        _load_config_text("config.yaml")
+    except _ConfigError as _e:
+        raise _WorkflowError(str(_e)) from None
+
+
 configfile: "config.yaml"
 
 # One snakemake writes in this checkout at a time (a second one is refused, naming the first), and no local

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness import sass
 from kernels.registry import Unsupported, Variant, pass_configs_for
-from kernels.tiles import Tile
+from kernels.tiles import Tile, register_problem, smem_problem
 
 # instruction classes looked for in the generated CUDA source, most specific first
 INSTRUCTION_CLASSES = {
@@ -143,6 +143,25 @@ def sass_record(kernel, artifacts: Path) -> dict:
         return {"sass_error": error_summary(e)}
 
 
+def resource_check(arch: str, rec: dict, threads: int) -> str:
+    """"" when the compiled kernel's resources fit one block of ``arch``, else why not: its dynamic shared
+    memory (what the host launches with) plus the static (ptxas's) against kernels/tiles.py's limit, and
+    its registers per thread times ``threads`` against the register file. A kernel over them compiles but
+    cannot launch ("too many resources requested"); config validation estimates the same before compiling."""
+    what = f"compiled kernel ({rec.get('tile', '?')})"
+    dynamic = rec.get("smem_dynamic_bytes")
+    if dynamic is not None:
+        try:
+            if why := smem_problem(what, dynamic, arch, static=rec.get("smem_static_bytes") or 0):
+                return why
+        except KeyError as e:
+            return e.args[0]
+    registers = rec.get("registers")
+    if registers is not None and (why := register_problem(what, registers, threads)):
+        return why
+    return ""
+
+
 def instruction_check(variant: Variant, arch: str, rec: dict, source: str) -> str:
     """"" when the kernel holds the instructions its variant declares for ``arch``, else why not. The SASS
     (what ptxas emitted) is checked first; the generated source second."""
@@ -224,7 +243,8 @@ def compile_record(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: s
     """Compile one kernel and describe the outcome; never raises for a target that cannot build it.
 
     status: ok | unsupported (a known refusal: see ``build``) | failed (anything else: the row's reason
-    is ``Type: message``, the traceback goes to stdout, i.e. the rule's log; or no instruction check for
+    is ``Type: message``, the traceback goes to stdout, i.e. the rule's log; or more shared memory or
+    registers than a block of ``arch`` has (``resource_check``); or no instruction check for
     the target; or no SASS; or compiled to other instructions than declared, in the SASS or the source).
     CUDA source, PTX, cubin and SASS are written under ``artifacts``.
     """
@@ -250,5 +270,7 @@ def compile_record(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: s
         rec["ptx_error"] = f"{type(e).__name__}: {e}"
     rec |= sass_record(kernel, artifacts)
     rec["smem_dynamic_bytes"] = dynamic_smem_bytes(kernel)
-    why = instruction_check(variant, arch, rec, source)
+    # over a block's limits the kernel compiles but can never launch: failed (unsupported is for declared
+    # or recognised refusals only), so a GPU run neither checks nor times it
+    why = resource_check(arch, rec, tile.threads) or instruction_check(variant, arch, rec, source)
     return rec | {"status": "failed" if why else "ok", "reason": why}

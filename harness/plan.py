@@ -18,7 +18,8 @@ import yaml
 
 from harness.device import detect_gpu, matching_platforms
 from kernels.registry import FORMATS, VARIANTS, load_all, tile_problem, unchecked_targets
-from kernels.tiles import LIBRARY, parse_shape, parse_tile, shape_class
+from kernels.smem import kernel_smem_bytes
+from kernels.tiles import LIBRARY, SHAPE_BOUNDS, parse_shape, parse_tile, shape_class, smem_problem
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -37,9 +38,52 @@ class UnplannedTarget(ValueError):
     """A requested output that the config does not plan (e.g. a profile of a point its entry does not time)."""
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently, so a
+    second `fp8_e4m3:` entry would replace the first without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found duplicate key {key!r} (first at line {seen[key].line + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
+def load_config_text(path: Path | str) -> dict:
+    """A config file's YAML as a dict, unvalidated. A syntax error, a duplicate key or a top level other
+    than a mapping raises ConfigError("<path>:<line>:<column>: <problem>") (1-based, from YAML's mark);
+    call it before Snakemake reads the file, whose own error gives neither line nor column."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config file: {e.strerror or e}") from None
+    try:
+        cfg = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as e:
+        # where YAML noticed, and where the construct it was in began (an unclosed bracket lines before)
+        found, start = e.problem_mark or e.context_mark, e.context_mark
+        where = f"{path}:{found.line + 1}:{found.column + 1}" if found else str(path)
+        problem = " ".join(x for x in (e.context, e.problem) if x) or str(e)
+        if start and found and start.line != found.line:
+            problem += f" (the construct began at {start.line + 1}:{start.column + 1})"
+        raise ConfigError(f"{where}: {problem}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if cfg is None:
+        cfg = {}
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path}:1:1: the config must be a mapping of keys (seed, run_on, ...), got {type(cfg).__name__}")
+    return cfg
+
+
 def load_config(path: Path | str = REPO / "config.yaml", overrides: dict | None = None) -> dict:
     """A config file, validated as the pipeline validates it (``validate``)."""
-    return validate(yaml.safe_load(Path(path).read_text()), overrides)
+    return validate(load_config_text(path), overrides)
 
 
 def _strict_types():
@@ -97,34 +141,72 @@ def check_targets(cfg: dict) -> None:
             raise ConfigError(f"targets.{i}: {target} is not an arch of {nvcc} (--list-gpu-code: {', '.join(sorted(archs))})")
 
 
+def _key(path) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _alternatives(error) -> str:
+    """What a oneOf/anyOf accepts: each alternative's schema description, or its type."""
+    forms = [alt.get("description") or f"a value of type {alt.get('type', '?')}" for alt in error.validator_value]
+    return "; or ".join(forms)
+
+
 def _schema_message(error) -> str:
     if error.validator == "type" and isinstance(error.instance, float):
         if error.validator_value == "integer" and error.instance.is_integer():
             return f"{error.instance!r} is not an integer (write {int(error.instance)})"
         if not math.isfinite(error.instance):
             return f"{error.instance!r} is not a finite number"
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        # jsonschema's own text ("is not valid under any of the given schemas") names neither the allowed
+        # forms nor what is wrong: say both, the latter from the alternatives of the instance's own type
+        # (a list of tiles is judged by the list form, not by the mapping form it also fails)
+        by_alt: dict[int, list] = {}
+        for sub in error.context:
+            by_alt.setdefault(sub.schema_path[0], []).append(sub)
+        near = [subs for subs in by_alt.values()
+                if not any(e.validator == "type" and not e.relative_path for e in subs)]
+        why = ""
+        if near:
+            sub = max((e for subs in near for e in subs), key=lambda e: len(e.relative_path))
+            why = f"; {_key([*error.path, *sub.relative_path])}: {_schema_message(sub)}"
+        elif error.validator == "oneOf" and len(by_alt) < len(error.validator_value):
+            why = "; it matches more than one of them"
+        got = repr(error.instance)
+        return f"allowed: {_alternatives(error)} (got {got if len(got) <= 120 else got[:117] + '...'}){why}"
+    if error.validator == "pattern" and isinstance(error.instance, str):
+        # a tile or shape name: the grammar in words, not the regular expression
+        for marker, parse in (("_s[0-9]+_t", parse_tile), ("x[1-9]", parse_shape)):
+            if marker in error.validator_value:
+                try:
+                    parse(error.instance)
+                except ValueError as e:
+                    return str(e)
     return error.message
 
 
-def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True) -> dict:
+def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True, root: Path | str | None = None) -> dict:
     """Schema first, then what a schema cannot know; every message names the offending key. Completes
     ``cfg`` in place (nulled variants dropped, defaults set) and returns it. ``overrides``: what the
     command line merged into it; ``check_shapes``: quantize a stand-in per (format, K), the costly check
-    (a job re-parsing the workflow on a node reads the config its planner already checked)."""
+    (a job re-parsing the workflow on a node reads the config its planner already checked); ``root``: what
+    relative result folders (report.compare_with) are relative to, default the working directory."""
     load_all()
     check_overrides(overrides or {})
     drop_nulled_variants(cfg)
     schema = yaml.safe_load(SCHEMA.read_text())
     validator = _strict_types()(schema, format_checker=jsonschema.FormatChecker())
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.path))
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: [str(p) for p in e.path])
     if errors:
-        raise ConfigError(*(f"{'.'.join(str(p) for p in e.path) or '(top level)'}: {_schema_message(e)}" for e in errors))
+        raise ConfigError(*(f"{_key(e.path) or '(top level)'}: {_schema_message(e)}" for e in errors))
+    check_shape_names(cfg)
     class_names = check_shape_classes(cfg)
     for name, vcfg in cfg["variants"].items():
         impl = vcfg.get("uses", name)
         if impl not in VARIANTS:
             key = f"variants.{name}.uses" if "uses" in vcfg else f"variants.{name}"
             raise ConfigError(f"{key}: unknown variant {impl!r}; known: {', '.join(sorted(VARIANTS))}")
+        check_tolerance(name, vcfg, VARIANTS[impl])
         check_tiles(cfg, name, impl, class_names)
         # a target nothing checks would compile "ok" whatever instructions it got (issue 9)
         for target in unchecked_targets(VARIANTS[impl], cfg["targets"]):
@@ -134,37 +216,173 @@ def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True
                               "Variant.sass and Variant.instructions) and no declared unsupported reason")
     check_targets(cfg)
     check_timing(cfg)
+    check_cpu_memory(cfg)
+    check_compare_with(cfg, root)
     if check_shapes:
         check_shapes_fit_formats(cfg)
     cfg.setdefault("tilelang_cache", ".cache/tilelang")
     return cfg
 
 
+# The error metrics each family is judged by (harness/runner.py judge: a key absent from a tolerance is not
+# gated, so an entry without one would pass whatever its error). int4's integer product is checked bit for
+# bit (exact) and its total error is the format's, reported but not gated (config.yaml): kernel only.
+TOLERANCE_KEYS = ("total_rel_fro", "total_calc_diff", "kernel_rel_fro", "kernel_calc_diff")
+FAMILY_TOLERANCES = {"fp8": TOLERANCE_KEYS, "blockscaled": TOLERANCE_KEYS, "dequant": TOLERANCE_KEYS,
+                     "baseline": TOLERANCE_KEYS, "int4": ("kernel_rel_fro",)}
+
+
+def check_tolerance(name: str, vcfg: dict, variant) -> None:
+    """Exactly the tolerances the entry's family is judged by (values: the schema's positive numbers)."""
+    wanted = FAMILY_TOLERANCES.get(variant.family)
+    if wanted is None:
+        raise ConfigError(f"variants.{name}.tolerance: family {variant.family!r} has no tolerance keys; add it to "
+                          "harness/plan.py FAMILY_TOLERANCES")
+    given = vcfg["tolerance"]
+    for key in wanted:
+        if key not in given:
+            raise ConfigError(f"variants.{name}.tolerance.{key}: missing; {variant.family} results are gated on "
+                              f"{', '.join(wanted)} (a metric without a tolerance would pass any error)")
+    for key in given:
+        if key not in wanted:
+            raise ConfigError(f"variants.{name}.tolerance.{key}: not a metric {variant.family} results are gated on "
+                              f"(only {', '.join(wanted)}); remove it")
+
+
+def _shape_lists(cfg: dict):
+    """(key, shapes) of every shape list in the config."""
+    for kind, shapes in cfg["sweeps"].items():
+        yield f"sweeps.{kind}", shapes
+    for name, vcfg in cfg["variants"].items():
+        for kind, shapes in vcfg.get("shapes", {}).items():
+            yield f"variants.{name}.shapes.{kind}", shapes
+    for section, field in (("pairing", "aa_shapes"), ("sustained", "shapes")):
+        if field in cfg["timing"].get(section, {}):
+            yield f"timing.{section}.{field}", cfg["timing"][section][field]
+
+
+def check_shape_names(cfg: dict) -> None:
+    """Every shape in its one spelling (a shape is a file name and a key of every table)."""
+    for key, shapes in _shape_lists(cfg):
+        for i, shape in enumerate(shapes):
+            try:
+                parse_shape(shape)
+            except ValueError as e:
+                raise ConfigError(f"{key}.{i}: {e}") from None
+
+
+# CPU emulation (harness/runner.py run_emulated), bytes per element, at its peak: A and B in fp32 and the
+# quantized operands (<= 4 bytes each), float64 copies of A and B (or their dequantized forms) while a
+# reference product is formed: 16 per element of A and B. Per output: the two float64 references (16),
+# the emulated output and its float64 copy (<= 16), the metrics' float64 temporaries (16), an integer
+# family's int64 exactness check (16): 64. An estimate, on the high side.
+EMULATION_BYTES_PER_INPUT = 16
+EMULATION_BYTES_PER_OUTPUT = 64
+CPU_MEMORY_GIB = 16  # default of cpu_memory_gib: fixed, so that a config is valid on every host alike
+
+
+def emulation_peak_bytes(M: int, N: int, K: int) -> int:
+    return EMULATION_BYTES_PER_INPUT * (M * K + N * K) + EMULATION_BYTES_PER_OUTPUT * M * N
+
+
+def check_cpu_memory(cfg: dict) -> None:
+    """Every CPU shape's emulation within cpu_memory_gib (a CPU job holds one point at a time)."""
+    limit = cfg.setdefault("cpu_memory_gib", CPU_MEMORY_GIB)
+    for name, vcfg in cfg["variants"].items():
+        own = vcfg.get("shapes", {}).get("cpu")
+        for i, shape in enumerate(own or cfg["sweeps"]["cpu"]):
+            need = emulation_peak_bytes(*parse_shape(shape))
+            if need > limit * 2**30:
+                key = f"variants.{name}.shapes.cpu.{i}" if own else f"sweeps.cpu.{i}"
+                raise ConfigError(f"{key}: shape {shape}: its CPU emulation needs about {need / 2**30:.1f} GiB "
+                                  f"(harness/plan.py emulation_peak_bytes), more than cpu_memory_gib {limit}; use a "
+                                  "smaller shape (the CPU sweep checks numerics; the GPU sweep is for size)")
+
+
+def check_compare_with(cfg: dict, root: Path | str | None = None) -> None:
+    """Each compare_with entry an existing result set (a published folder with points/, or a collected one with
+    tidy.parquet and compile_matrix.csv), relative to ``root`` (default: the working directory, the workflow's).
+    A reference is read, never made: a missing one would otherwise plan its platform's whole run."""
+    root = Path.cwd() if root is None else Path(root)
+    for i, folder in enumerate(cfg["report"]["compare_with"]):
+        where = root / folder
+        if reference_files(where):
+            continue
+        got = "does not exist" if not where.exists() else "holds neither points/<family>/*.json nor tidy.parquet and compile_matrix.csv"
+        raise ConfigError(f"report.compare_with.{i}: {folder} {got}. A reference is an existing result set: a published "
+                          "folder (results/published/<platform>, made by publishing a family: snakemake "
+                          "results/published/<platform>/points/<family>) or a finished run (results/<platform>, made by "
+                          "snakemake results/<platform>/tidy.parquet with that platform in run_on); or remove the entry")
+
+
+def reference_signature(folders: list[str], root: Path | str | None = None, also=lambda folder: []) -> dict[str, str]:
+    """{file: sha256} of every file the report reads of the reference sets (their points or tables, and
+    ``also(folder)``, e.g. their profile summaries): for the report rule's params, not its input. As input, a
+    collected set's results/<platform>/tidy.parquet is the collect rule's output, so Snakemake would plan
+    that platform's whole run to remake it; as params, a changed reference still reruns the report
+    (Snakemake's params rerun trigger) and nothing else is planned."""
+    import hashlib
+
+    root = Path.cwd() if root is None else Path(root)
+    return {str(Path(f).relative_to(root)): hashlib.sha256(Path(f).read_bytes()).hexdigest()
+            for d in folders for f in [*reference_files(root / d), *also(root / d)]}
+
+
+def reference_files(folder: Path | str) -> list[str]:
+    """The files a report reads of a reference result set that exist now: its published points, else its
+    collected tables; [] when it has neither."""
+    folder = Path(folder)
+    points = sorted(str(p) for p in (folder / "points").glob("*/**/*.json")) if (folder / "points").is_dir() else []
+    if points:
+        return points
+    tables = [folder / f for f in ("tidy.parquet", "compile_matrix.csv")]
+    return [str(t) for t in tables] if all(t.is_file() for t in tables) else []
+
+
 def check_tiles(cfg: dict, name: str, impl: str, class_names: list[str]) -> None:
     """A TileLang entry has tiles, a library baseline none; per-class tiles name every class; each tile is
-    one the variant's kernel takes."""
+    canonically spelled, listed once, one the variant's kernel takes, and fits each target it compiles for."""
+    variant = VARIANTS[impl]
     tiles = cfg["variants"][name].get("tiles", {})
-    if VARIANTS[impl].kernel is None and tiles:
+    if variant.kernel is None and tiles:
         raise ConfigError(f"variants.{name}.tiles: {name} is a library baseline and takes no tiles")
-    if VARIANTS[impl].kernel is not None and not tiles:
+    if variant.kernel is not None and not tiles:
         raise ConfigError(f"variants.{name}.tiles: a TileLang variant needs at least one tile")
     for target, names in tiles.items():
         key = f"variants.{name}.tiles.{target}"
         if target != "default" and target not in cfg["targets"]:
             raise ConfigError(f"{key}: not one of targets {cfg['targets']}")
+        # the targets this list is compiled for: "default" covers those not listed; a declared unsupported
+        # target compiles nothing (its record says why)
+        archs = [t for t in (cfg["targets"] if target == "default" else [target])
+                 if (target != "default" or t not in tiles) and t not in variant.unsupported]
         if isinstance(names, dict):  # per shape class: every class, and only classes
             missing, unknown = sorted(set(class_names) - set(names)), sorted(set(names) - set(class_names))
             if missing or unknown:
                 raise ConfigError(f"{key}: tiles per shape class must name every class of shape_classes {class_names}"
                                   + (f"; missing {missing}" if missing else "") + (f"; unknown {unknown}" if unknown else ""))
-        for cls, t in ([(c, t) for c, ts in names.items() for t in ts] if isinstance(names, dict) else
-                       [(None, t) for t in names]):
-            try:
-                problem = tile_problem(VARIANTS[impl], parse_tile(t))
-            except ValueError as e:
-                problem = str(e)
-            if problem:
-                raise ConfigError(f"{key}.{cls}: {problem}" if cls else f"{key}: {problem}")
+        for where, ts in ([(f"{key}.{c}", ts) for c, ts in names.items()] if isinstance(names, dict) else [(key, names)]):
+            for i, t in enumerate(ts):
+                # twice in one list: two compile rows and, on a GPU, two run rows of one tile (collect refuses)
+                if t in ts[:i]:
+                    raise ConfigError(f"{where}.{i}: tile {t} is listed twice (also at {where}.{ts.index(t)}); "
+                                      "list each tile once")
+                try:
+                    tile = parse_tile(t)
+                except ValueError as e:
+                    raise ConfigError(f"{where}.{i}: {e}") from None
+                problem = tile_problem(variant, tile)
+                for arch in archs if not problem else []:
+                    try:
+                        problem = smem_problem(f"tile {t} on {arch}", kernel_smem_bytes(variant.kernel, tile), arch)
+                    except KeyError as e:
+                        problem = e.args[0]
+                    except ValueError as e:  # a tile the kernel's layout arithmetic refuses
+                        problem = str(e)
+                    if problem:
+                        break
+                if problem:
+                    raise ConfigError(f"{where}: {problem}")
 
 
 PAIRING_DEFAULTS = {"target_halfwidth": 0.005, "min_rounds": 30, "max_rounds": 400, "aa_shapes": []}
@@ -195,7 +413,23 @@ def check_shape_classes(cfg: dict) -> list[str]:
     if set(classes[-1]) != {"name"}:
         raise ConfigError(f"shape_classes: the last class ({names[-1]}) must have no bounds, so that every shape "
                           "falls in some class")
+    for j, later in enumerate(classes):
+        for i, earlier in enumerate(classes[:j]):
+            if _covers(earlier, later):
+                raise ConfigError(f"shape_classes.{j}: class {later['name']} never matches: every shape within its bounds "
+                                  f"is within those of {earlier['name']} (shape_classes.{i}), listed before it, and the "
+                                  f"first match wins; list {later['name']} before {earlier['name']}, or remove it")
     return names
+
+
+def _covers(earlier: dict, later: dict) -> bool:
+    """Whether every shape of class ``later`` is also in ``earlier``: each bound of ``earlier`` holds at the
+    largest value ``later`` allows (M <= M*N, N <= M*N, M*N <= M_max*N_max, as M, N >= 1)."""
+    inf = math.inf
+    M = min(later.get("M_max", inf), later.get("MN_max", inf))
+    N = min(later.get("N_max", inf), later.get("MN_max", inf))
+    most = {"M_max": M, "N_max": N, "K_max": later.get("K_max", inf), "MN_max": min(later.get("MN_max", inf), M * N)}
+    return all(most[b] <= earlier[b] for b in SHAPE_BOUNDS if b in earlier)
 
 
 def check_shapes_fit_formats(cfg: dict) -> None:

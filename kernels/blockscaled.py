@@ -3,15 +3,10 @@
 Each operand carries one scale per block of K (and, for the DeepSeek B, per 128 rows), so a GEMM
 cannot apply the scales once in the epilogue: every K block's partial sum needs its own.
 
-Input formats (all e4m3 values, quantized deterministically from the fp32 inputs):
-- ``deepseek_1x128_128x128``: A one fp32 scale per row per 128 K, SFA (M, ⌈K/128⌉); B one fp32 scale
-  per 128x128 block, SFB (⌈N/128⌉, ⌈K/128⌉); scale = amax/448 of the block.
-- ``mxfp8_e4m3_b32`` (OCP MX v1.0): blocks of 32 along K for both operands, power-of-two E8M0 scales
-  stored as uint8 codes (bias 127); shared exponent = ⌊log2 amax⌋ − 8 as the spec prescribes, so a
-  block's largest values can exceed 448 after scaling and are clamped.
-- ``generic_g128``: the seed's form, SFA (M, K/128) and SFB (N, K/128) fp32, one scale per row per
-  128 K for both operands.
-torch's fp8 casts need not saturate, so every quantizer clamps to ±448 before the cast (``formats.saturate_fp8``).
+Input formats (all e4m3 values, quantized deterministically from the fp32 inputs; ``kernels.blockscaled_formats``,
+which imports no kernel, defines them with their quantizers and the scale layouts the kernels and cuBLAS read):
+``deepseek_1x128_128x128`` (A 1x128, B 128x128 fp32 scales), ``mxfp8_e4m3_b32`` (OCP MX v1.0, E8M0 per 32 K),
+``generic_g128`` (the seed's per-row scales per 128 K for both operands).
 
 Variants:
 - ``blockscaled_sm90`` (DeepSeek recipe) and ``blockscaled_g128`` (generic recipe): Hopper has no
@@ -27,7 +22,7 @@ Every kernel requires K to be a multiple of 128 (one promotion, or one packed wo
 codes, per 128 K): ``kernel_shape_limit``, each TileLang variant's ``shape_limit``, which its factory
 raises as ``Unsupported`` and the CPU emulation also honours; the quantizers accept any K. The number
 formats' building blocks (the amax and OCP MX quantizers, E8M0 codes, block views) come from
-``kernels.formats``; the scale layouts the kernels and cuBLAS read are defined here.
+``kernels.formats``.
 TileLang evaluates a prim_func's annotations with the factory's closure variables, so this module
 must not use ``from __future__ import annotations``.
 """
@@ -35,147 +30,29 @@ from functools import partial
 
 import torch
 
-from kernels.blockscaled_ws import blockscaled_ws_kernel, blockscaled_ws_tile_problem
-from kernels.formats import (
-    E4M3,
-    E4M3_EMAX,
-    E4M3_MAX,
-    E8M0_BIAS,
-    block_view,
-    ceil_div,
-    check_operand,
-    e8m0_decode,
-    expand_blocks,
-    pack_e8m0_words,
-    quantize_blocks,
-    quantize_mx_blocks,
-    round_up,
-    saturate_fp8,
-    unblock,
+from kernels.blockscaled_formats import (  # noqa: F401  (registers the formats; the quantizers kept importable here)
+    DEEPSEEK_1X128_128X128,
+    GENERIC_G128,
+    MX_BLOCK_K,
+    MXFP8_E4M3_B32,
+    PROMOTION_K,
+    UTCCP_ROWS,
+    dequantize_deepseek,
+    dequantize_generic,
+    dequantize_mx,
+    quantize_deepseek,
+    quantize_e4m3_blocks,
+    quantize_generic,
+    quantize_mx,
+    quantize_mxfp8,
+    utccp_scale_layout,
 )
+from kernels.blockscaled_ws import blockscaled_ws_kernel, blockscaled_ws_tile_problem
+from kernels.formats import ceil_div, check_gemm_shape, e8m0_decode, expand_blocks, format_operands, round_up
 from kernels.fp8 import CUBLAS_FP8_E4M3, FP8_AS_F16_HMMA, FP8_QGMMA, FP8_QMMA, WGMMA_ONLY, cublaslt_fp8_shape_limit
-from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
+from kernels.registry import Format, Operands, Unsupported, Variant, register_variant
 from kernels.tiles import Tile
 from kernels.ws_gemm import PASS_CONFIGS as WS_PASS_CONFIGS
-
-PROMOTION_K = 128  # K per fp32 promotion on sm_90a; also the DeepSeek and generic scale block
-MX_BLOCK_K = 32
-UTCCP_ROWS = 128  # rows of scale words one tcgen05.cp 32x128b.warpx4 copy moves
-
-
-def _saturate_e4m3(x: torch.Tensor) -> torch.Tensor:
-    return saturate_fp8(x, E4M3)
-
-
-def quantize_e4m3_blocks(
-    x: torch.Tensor, rows: int, cols: int, *, operand: str | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """e4m3 with one fp32 scale (amax/448) per ``rows`` x ``cols`` block (``formats.quantize_blocks``).
-
-    Returns (q (R, C) e4m3, scales (⌈R/rows⌉, ⌈C/cols⌉) fp32) with q·scale ≈ x. Scales follow
-    ``formats.amax_scale``: never below fp32's smallest normal (a subnormal block amax cannot give a zero
-    scale and NaN codes), and 1 for an all-zero block (any scale quantizes it to zeros; 1 keeps the
-    scale finite). ``operand`` (e.g. "A") names the tensor in error messages.
-    """
-    check_operand(x, "quantize_e4m3_blocks", operand)
-    R, C = x.shape
-    blocks = block_view(x.float(), rows, cols)
-    q, scales = quantize_blocks(blocks, E4M3_MAX, torch.float32, _saturate_e4m3)
-    return unblock(q, R, C), scales.reshape(blocks.shape[0], blocks.shape[2])
-
-
-def quantize_mxfp8(x: torch.Tensor, *, operand: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """MXFP8 e4m3 along rows: (q (R, C) e4m3, codes (R, ⌈C/32⌉) uint8 E8M0).
-
-    OCP MX v1.0 (``formats.quantize_mx_blocks``): shared exponent ⌊log2 amax⌋ − 8, clamped to E8M0's
-    [-127, 127]; a tiny (e.g. subnormal) amax gets E8M0's smallest scale 2^-127, a code the block-scaled
-    MMA reads as such, so the codes x / 2^-127 (exact) stay finite. A block's largest values can exceed
-    448 after scaling and are clamped.
-    """
-    check_operand(x, "quantize_mxfp8", operand)
-    R, C = x.shape
-    blocks = block_view(x.float(), 1, MX_BLOCK_K)
-    q, codes = quantize_mx_blocks(blocks, E4M3_EMAX, _saturate_e4m3)
-    return unblock(q, R, C), codes.reshape(R, -1)
-
-
-def utccp_scale_layout(words: torch.Tensor) -> torch.Tensor:
-    """(R, W) scale words -> (W, R128) int32: K-word major, each 128-row chunk in tcgen05.cp order.
-
-    ``tcgen05.cp ... 32x128b.warpx4`` gives TMEM lane l the four words at chunk positions 4l..4l+3
-    (replicated to all four lane quarters), and the MMA reads row 32q+l from column q; so position
-    4l+q of a chunk must hold row 32q+l. Doing that transpose here, once per operand, lets the kernel
-    copy each chunk straight from global memory (what ``T.tcgen05_sf_warp_transpose`` would do in
-    shared memory). Rows are padded to a multiple of 128 with scale-1 words.
-    """
-    R, W = words.shape
-    R128 = round_up(R, UTCCP_ROWS)
-    one = int.from_bytes(bytes([E8M0_BIAS] * 4), "little")
-    padded = torch.full((R128, W), one, dtype=torch.int32, device=words.device)
-    padded[:R] = words
-    chunks = padded.T.reshape(W, R128 // UTCCP_ROWS, 4, 32)  # [w, chunk, q, l] = row chunk*128 + 32q + l
-    return chunks.transpose(-1, -2).reshape(W, R128).contiguous()
-
-
-# ---- formats -------------------------------------------------------------------------------------
-
-def _m_major_padded(scales: torch.Tensor) -> torch.Tensor:
-    """(R, nkb) -> (nkb, R4) fp32 with R4 = R rounded up to 4, zero padded.
-
-    The kernels load a tile's row scales per K block with TMA, which needs a contiguous run per K
-    block and a 16-byte row pitch; cuBLAS wants the same "outer-dim-major" layout for 1x128 scales.
-    """
-    R, nkb = scales.shape
-    out = torch.zeros(nkb, round_up(R, 4), dtype=torch.float32, device=scales.device)
-    out[:, :R] = scales.T
-    return out
-
-
-def quantize_deepseek(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    a, sfa = quantize_e4m3_blocks(A, 1, PROMOTION_K, operand="A")
-    b, sfb = quantize_e4m3_blocks(B, PROMOTION_K, PROMOTION_K, operand="B")
-    return {"A": a, "B": b, "SFA": sfa, "SFB": sfb, "SFA_t": _m_major_padded(sfa)}
-
-
-def dequantize_deepseek(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
-    (M, K), N = ops["A"].shape, ops["B"].shape[0]
-    sa = expand_blocks(ops["SFA"].double(), 1, PROMOTION_K, M, K)
-    sb = expand_blocks(ops["SFB"].double(), PROMOTION_K, PROMOTION_K, N, K)
-    return ops["A"].double() * sa, ops["B"].double() * sb
-
-
-def quantize_mx(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    a, sfa = quantize_mxfp8(A, operand="A")
-    b, sfb = quantize_mxfp8(B, operand="B")
-    return {
-        "A": a,
-        "B": b,
-        "SFA": sfa,
-        "SFB": sfb,
-        "SFA_words": utccp_scale_layout(pack_e8m0_words(sfa)),
-        "SFB_words": utccp_scale_layout(pack_e8m0_words(sfb)),
-    }
-
-
-def dequantize_mx(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
-    (M, K), N = ops["A"].shape, ops["B"].shape[0]
-    sa = expand_blocks(e8m0_decode(ops["SFA"]).double(), 1, MX_BLOCK_K, M, K)
-    sb = expand_blocks(e8m0_decode(ops["SFB"]).double(), 1, MX_BLOCK_K, N, K)
-    return ops["A"].double() * sa, ops["B"].double() * sb
-
-
-def quantize_generic(A: torch.Tensor, B: torch.Tensor, g: int) -> Operands:
-    a, sfa = quantize_e4m3_blocks(A, 1, g, operand="A")
-    b, sfb = quantize_e4m3_blocks(B, 1, g, operand="B")
-    return {"A": a, "B": b, "SFA": sfa, "SFB": sfb, "SFA_t": _m_major_padded(sfa), "SFB_t": _m_major_padded(sfb)}
-
-
-def dequantize_generic(ops: Operands, g: int) -> tuple[torch.Tensor, torch.Tensor]:
-    (M, K), N = ops["A"].shape, ops["B"].shape[0]
-    sa = expand_blocks(ops["SFA"].double(), 1, g, M, K)
-    sb = expand_blocks(ops["SFB"].double(), 1, g, N, K)
-    return ops["A"].double() * sa, ops["B"].double() * sb
-
 
 # ---- CPU emulation -------------------------------------------------------------------------------
 
@@ -199,18 +76,20 @@ def emulate_promoted(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: tor
 
 def emulate_blockscaled_sm90(ops: Operands) -> torch.Tensor:
     """Promotion every 128 K, B's scale per 128-row block; also cublas_blockwise_fp8's emulation."""
-    N = ops["B"].shape[0]
-    sb_rows = expand_blocks(ops["SFB"], PROMOTION_K, 1, N, ops["SFB"].shape[1])  # one B scale per row
-    return emulate_promoted(ops["A"], ops["B"], ops["SFA"], sb_rows, PROMOTION_K)
+    a, b, sfa, sfb = format_operands(ops, ("A", "B", "SFA", "SFB"), "emulate_blockscaled_sm90")
+    N = b.shape[0]
+    sb_rows = expand_blocks(sfb, PROMOTION_K, 1, N, sfb.shape[1])  # one B scale per row
+    return emulate_promoted(a, b, sfa, sb_rows, PROMOTION_K)
 
 
 def emulate_blockscaled_g128(ops: Operands, g: int) -> torch.Tensor:
-    return emulate_promoted(ops["A"], ops["B"], ops["SFA"], ops["SFB"], g)
+    return emulate_promoted(*format_operands(ops, ("A", "B", "SFA", "SFB"), "emulate_blockscaled_g128"), g)
 
 
 def emulate_blockscaled_sm100(ops: Operands) -> torch.Tensor:
     """The block-scaled MMA applies E8M0 scales per 32-K block inside fp32 accumulation."""
-    return emulate_promoted(ops["A"], ops["B"], e8m0_decode(ops["SFA"]), e8m0_decode(ops["SFB"]), MX_BLOCK_K)
+    a, b, sfa, sfb = format_operands(ops, ("A", "B", "SFA", "SFB"), "emulate_blockscaled_sm100")
+    return emulate_promoted(a, b, e8m0_decode(sfa), e8m0_decode(sfb), MX_BLOCK_K)
 
 
 # ---- TileLang kernels ----------------------------------------------------------------------------
@@ -244,6 +123,7 @@ def sm90_shape_limit(M: int, N: int, K: int) -> str | None:
 def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile):
     """The DeepSeek-recipe kernel for Hopper: warp-specialized and persistent, one consumer warpgroup's
     promotion overlapped with the other's wgmma (``kernels.blockscaled_ws``)."""
+    check_gemm_shape("blockscaled_sm90_kernel", M, N, K)
     _require_shape(M, N, K, BLOCKSCALED_SM90.name, sm90_shape_limit)  # registered below
     return blockscaled_ws_kernel(M, N, K, tile)
 
@@ -277,6 +157,7 @@ def blockscaled_g128_kernel(M: int, N: int, K: int, tile: Tile):
     Use the FullRow policy (``_wrow``): each consumer warpgroup then issues m64n128 wgmma; Square splits
     a 128x128 tile along N into m64n64 ones.
     """
+    check_gemm_shape("blockscaled_g128_kernel", M, N, K)
     import tilelang.language as T
 
     _require_shape(M, N, K, BLOCKSCALED_G128.name)  # registered below
@@ -359,6 +240,7 @@ def blockscaled_sm100_kernel(M: int, N: int, K: int, tile: Tile):
     (mbarrier wait) before the next step refills shared memory and tensor memory. A fast version
     needs explicit warp roles (a TMA warp, an MMA warp) and per-stage mbarriers.
     """
+    check_gemm_shape("blockscaled_sm100_kernel", M, N, K)
     import tilelang.language as T
 
     _require_shape(M, N, K, BLOCKSCALED_SM100.name)  # registered below
@@ -515,10 +397,6 @@ _NO_BLOCKSCALED_MMA = (
 )
 
 
-def _register_format(name: str, quantize, dequantize, reads: tuple[str, ...], description: str) -> Format:
-    return register_format(Format(name, quantize, dequantize, reads=reads, description=description))
-
-
 def _register(name: str, fmt: Format, emulate, launch, **fields) -> Variant:
     return register_variant(Variant(name=name, family="blockscaled", input_format=fmt.name, emulate=emulate, launch=launch,
                                     precision="fp8", **fields))
@@ -527,22 +405,6 @@ def _register(name: str, fmt: Format, emulate, launch, **fields) -> Variant:
 def _register_kernel(name: str, fmt: Format, emulate, launch, kernel, shape_limit=kernel_shape_limit, **fields) -> Variant:
     return _register(name, fmt, emulate, launch, kernel=kernel, out_idx=(4,), shape_limit=shape_limit, **fields)
 
-
-DEEPSEEK_1X128_128X128 = _register_format(
-    "deepseek_1x128_128x128", quantize_deepseek, dequantize_deepseek, ("A", "B", "SFA_t", "SFB"),
-    "e4m3; A one fp32 scale per row per 128 K, B one per 128x128 block (amax/448); "
-    "SFA_t is SFA M-major, rows padded to 4, for TMA and cuBLAS",
-)
-MXFP8_E4M3_B32 = _register_format(
-    "mxfp8_e4m3_b32", quantize_mx, dequantize_mx, ("A", "B", "SFA_words", "SFB_words"),
-    "OCP MX v1.0 MXFP8: e4m3, one E8M0 code (uint8, bias 127) per 32 K per row, shared exponent "
-    "floor(log2 amax) - 8, clamped to ±448; SF*_words: codes packed 4 per int32 in tcgen05.cp order",
-)
-GENERIC_G128 = _register_format(
-    "generic_g128", partial(quantize_generic, g=PROMOTION_K), partial(dequantize_generic, g=PROMOTION_K),
-    ("A", "B", "SFA_t", "SFB_t"), "the seed's form: e4m3, one fp32 scale per row per 128 K for A and B (amax/448); "
-    "SFA_t / SFB_t are the scales M- / N-major for TMA",
-)
 
 CUBLAS_BLOCKWISE_FP8 = _register(
     "cublas_blockwise_fp8", DEEPSEEK_1X128_128X128, emulate_blockscaled_sm90, launch_cublas_blockwise_fp8,

@@ -5,14 +5,10 @@ byte along K (element 2i in the low nibble, 2i+1 in the high nibble: ``formats.p
 ``formats.pack_codes``), as int8 of shape (N, K/2). Scales (and zero points) are stored group-major,
 shape (K/group, N), so that one K block's scales for a tile of weight rows are one contiguous TMA box.
 
-Formats (``dequantize`` gives the exact real value code·scale in float64; every bf16 scale is at least
-bf16's smallest normal, 1 for an all-zero group: ``kernels.formats.amax_scale``):
-- ``w4_int4_sym_g128``: q in [-8,7] (two's complement nibbles), bf16 scale = amax/7 per 128 K.
-- ``w4_uint4_zp_g128``: codes c in [0,15], bf16 scale = (max-min)/15 and bf16 zero point
-  z = round(-min/scale) per 128 K (min/max include 0, so z is an integer code); value (c - z)·scale.
-- ``w4_e2m1_g32``: fp4 e2m1 codes (sign bit 3), bf16 scale = amax/6 per 32 K.
-- ``w4_mxfp4``: OCP MX fp4: e2m1 codes, one E8M0 scale per 32 K stored as uint8 (bias 127);
-  shared exponent = floor(log2 amax) - 2, codes saturate at ±6.
+Formats (``kernels.dequant_formats``, which imports no kernel: the quantizers, ``dequantize``, the
+bf16 decode the emulation and the torch baselines share): ``w4_int4_sym_g128`` (int4, bf16 scale amax/7
+per 128 K), ``w4_uint4_zp_g128`` (uint4 with a bf16 scale and integer zero point per 128 K),
+``w4_e2m1_g32`` (fp4 e2m1, bf16 scale amax/6 per 32 K), ``w4_mxfp4`` (OCP MX fp4, E8M0 scale per 32 K).
 
 Kernel (one per format, ``dequant_<format>``), sm_90a: the weight-as-left-operand form
 Cᵀ = Ŵ · Aᵀ. Each consumer warpgroup owns 64 weight rows: it decodes its packed bytes from shared
@@ -36,159 +32,38 @@ stored swizzled in shared memory (``packed_layout``) against the decoder's bank 
 keep TileLang's producer warpgroup and TMA loads.
 
 The library peer is tinygemm (``torch._weight_int4pack_mm``) on its own format ``w4_tinygemm_g128``
-(below); the unquantized bf16 GEMM is the matched peer.
+(``kernels.dequant_formats``); the unquantized bf16 GEMM is the matched peer.
 
 Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow``;
 the warps must lie along the weight rows (``_wrow``). K must be a multiple of block_K, and block_K a
 multiple or a divisor of the group. TileLang evaluates a prim_func's annotations with the factory's
 closure variables, so this module must not use ``from __future__ import annotations``.
 """
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 
 from kernels.baselines import CUBLAS_BF16
-from kernels.formats import (
-    BF16_DECODE_MIN_EXPONENT,
-    E2M1_EMAX,
-    E2M1_MAX,
-    INT4_MAX,
-    amax_scale,
-    check_operand,
-    e2m1_decode,
-    e2m1_encode,
-    e8m0_decode,
-    encode_int4,
-    expand_blocks,
-    pack_codes,
-    pack_int4,
-    quantize_blocks,
-    quantize_mx_blocks,
-    unpack_codes,
-    unpack_int4,
+from kernels.dequant_formats import (  # noqa: F401  (registers the formats; their helpers kept importable here)
+    TINYGEMM_FORMAT,
+    TINYGEMM_GROUP,
+    W4_E2M1_G32,
+    W4_FORMATS,
+    W4_INT4_SYM_G128,
+    W4_MXFP4,
+    W4_UINT4_ZP_G128,
+    W4Format,
+    decode_weight_bf16,
+    dequantize_weight,
+    quantize_tinygemm_weight,
+    quantize_weight,
+    tinygemm_weight,
+    weight_scales,
+    weight_values,
 )
-from kernels.registry import Format, Operands, Variant, register_format, register_variant
+from kernels.formats import check_gemm_shape, format_operands
+from kernels.registry import Operands, Variant, register_variant
 from kernels.tiles import Tile
-
-_QUANT_ROWS = 1024  # quantize the weight in row chunks to bound the temporaries' memory
-
-
-@dataclass(frozen=True)
-class W4Format:
-    name: str
-    codes: str  # "int4" (two's complement) | "uint4_zp" | "e2m1"
-    scale: str  # "bfloat16" | "e8m0" (uint8 codes)
-    group: int
-    kind: int  # selects the CUDA decoder (dq_decode_fragment's KIND)
-    description: str
-
-    @property
-    def has_zeros(self) -> bool:
-        return self.codes == "uint4_zp"
-
-
-def _check_weight(B: torch.Tensor, name: str, group: int) -> None:
-    """The weight of format ``name``: a 2-D floating-point tensor of finite values, K whole groups."""
-    if not isinstance(B, torch.Tensor) or B.ndim != 2 or not B.is_floating_point():
-        raise TypeError(f"{name}: the weight must be a 2-D floating-point tensor, got "
-                        f"{getattr(B, 'dtype', type(B).__name__)} {tuple(getattr(B, 'shape', ()))}")
-    check_operand(B, name, "B (the weight)")
-    if B.shape[1] % group:
-        raise ValueError(f"{name}: K={B.shape[1]} must be a multiple of {group} (the group size)")
-
-
-def _check_activation(A: torch.Tensor, name: str) -> None:
-    # A is only rounded to bf16, but a NaN/Inf there would pass silently into every output row
-    if not isinstance(A, torch.Tensor) or A.ndim != 2:
-        raise TypeError(f"{name}: the activation A must be a 2-D tensor, got {tuple(getattr(A, 'shape', ()))}")
-    check_operand(A, name, "A (the activation)")
-
-
-def _quantize_rows(Bg: torch.Tensor, fmt: W4Format) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """One chunk of rows viewed as (rows, K/g, g) float32 -> (codes (rows, K), scales, zeros) per group."""
-    rows, ngroups, g = Bg.shape
-    # bf16 scales come from formats.amax_scale: never below bf16's smallest normal (a subnormal group
-    # amax cannot round to a zero or subnormal scale), 1 for an all-zero group (any scale works)
-    zeros = None
-    if fmt.codes == "int4":
-        codes, scale = quantize_blocks(Bg, INT4_MAX, torch.bfloat16, encode_int4, dims=(-1,))
-    elif fmt.codes == "uint4_zp":
-        lo = Bg.amin(-1).clamp(max=0)
-        hi = Bg.amax(-1).clamp(min=0)
-        scale = amax_scale(hi - lo, 15, torch.bfloat16)  # the range (max - min) onto the 15 code steps
-        zero = torch.round(-lo / scale.float()).clamp(0, 15)
-        codes = (torch.round(Bg / scale.float()[..., None]) + zero[..., None]).clamp(0, 15)
-        zeros = zero.to(torch.bfloat16)  # small integers: exact
-    elif fmt.scale == "bfloat16":  # e2m1 with a bf16 scale
-        codes, scale = quantize_blocks(Bg, E2M1_MAX, torch.bfloat16, e2m1_encode, dims=(-1,))
-    else:  # OCP MX: power-of-two scale 2^(floor(log2 amax) - emax_elem)
-        # codes 1..254 only: 0 (a subnormal bf16 scale in the kernel's decode) and 255 (NaN) are never made
-        codes, scale = quantize_mx_blocks(Bg, E2M1_EMAX, e2m1_encode, BF16_DECODE_MIN_EXPONENT, dims=(-1,))
-    return codes.reshape(rows, ngroups * g), scale.reshape(rows, ngroups), zeros
-
-
-def quantize_weight(B: torch.Tensor, fmt: W4Format) -> Operands:
-    """Deterministic group quantization of the weight B (N, K) -> {"B", "scales"[, "zeros"]}."""
-    _check_weight(B, fmt.name, fmt.group)
-    N, K = B.shape
-    packed, scales, zeros = [], [], []
-    for r0 in range(0, N, _QUANT_ROWS):
-        Bg = B[r0:r0 + _QUANT_ROWS].float().reshape(-1, K // fmt.group, fmt.group)
-        codes, s, z = _quantize_rows(Bg, fmt)
-        packed.append(pack_int4(codes) if fmt.codes == "int4" else pack_codes(codes))
-        scales.append(s)
-        zeros.append(z)
-    ops = {"B": torch.cat(packed), "scales": torch.cat(scales).T.contiguous()}
-    if fmt.has_zeros:
-        ops["zeros"] = torch.cat(zeros).T.contiguous()
-    return ops
-
-
-def _quantize(A: torch.Tensor, B: torch.Tensor, fmt: W4Format) -> Operands:
-    _check_activation(A, fmt.name)
-    return {"A": A.to(torch.bfloat16).contiguous(), **quantize_weight(B, fmt)}
-
-
-def _per_element(t: torch.Tensor, group: int) -> torch.Tensor:
-    """Group-major (K/g, N) -> per element (N, K)."""
-    return expand_blocks(t.T, 1, group, t.shape[1], t.shape[0] * group)
-
-
-def weight_values(ops: Operands, fmt: W4Format) -> torch.Tensor:
-    """The small exact value each code stands for before scaling (float32, (N, K)): q, c - z or e2m1."""
-    if fmt.codes == "int4":
-        return unpack_int4(ops["B"]).float()
-    codes = unpack_codes(ops["B"])
-    if fmt.codes == "uint4_zp":
-        return codes.float() - _per_element(ops["zeros"], fmt.group).float()
-    return e2m1_decode(codes)
-
-
-def weight_scales(ops: Operands, fmt: W4Format) -> torch.Tensor:
-    """Per-element scales (N, K) float32 (bf16 and power-of-two scales are exact in float32)."""
-    s = ops["scales"]
-    s = e8m0_decode(s) if fmt.scale == "e8m0" else s.float()
-    return _per_element(s, fmt.group)
-
-
-def dequantize_weight(ops: Operands, fmt: W4Format) -> torch.Tensor:
-    """Exact real weight value·scale in float64, (N, K)."""
-    return weight_values(ops, fmt).double() * weight_scales(ops, fmt).double()
-
-
-def decode_weight_bf16(ops: Operands, fmt: W4Format) -> torch.Tensor:
-    """The bf16 weight the kernel multiplies: bf16_rn(value · scale), one rounding.
-
-    value·scale has at most 4 + 8 significant bits, so the float32 product is exact and the single
-    float32 -> bf16 rounding equals the kernel's fma.rn.bf16x2. Device-agnostic (used on the GPU by
-    the torch baselines).
-    """
-    return (weight_values(ops, fmt) * weight_scales(ops, fmt)).to(torch.bfloat16)
-
-
-def _dequantize(ops: Operands, fmt: W4Format) -> tuple[torch.Tensor, torch.Tensor]:
-    return ops["A"].double(), dequantize_weight(ops, fmt)
 
 
 def emulate_dequant_w4(ops: Operands, fmt: W4Format) -> torch.Tensor:
@@ -196,8 +71,9 @@ def emulate_dequant_w4(ops: Operands, fmt: W4Format) -> torch.Tensor:
 
     The emulation of every variant of the family (``fmt`` their format): each dequant_<format> and
     torch_dequant_matmul_<format>."""
-    w = decode_weight_bf16(ops, fmt)
-    return (ops["A"].float() @ w.float().T).to(torch.bfloat16)
+    A = format_operands(ops, ("A",), "emulate_dequant_w4")[0]
+    w = decode_weight_bf16(ops, fmt, "emulate_dequant_w4")
+    return (A.float() @ w.float().T).to(torch.bfloat16)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,6 +279,7 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     tile is transposed into shared memory as bf16 and stored to C (M, N); TMA zero-fills A rows
     and clips C rows past M.
     """
+    check_gemm_shape("dequant_w4_kernel", M, N, K)
     import tilelang.language as T
     from tilelang.layout import make_linear_layout
 
@@ -495,11 +372,7 @@ HMMA_BF16 = r"HMMA\.16816\.F32\.BF16"
 
 
 def _register(tilelang_name: str, torch_name: str, fmt: W4Format) -> W4Format:
-    """Register the format, its torch decode-then-matmul variant and its TileLang kernel variant."""
-    register_format(Format(
-        name=fmt.name, quantize=partial(_quantize, fmt=fmt), dequantize=partial(_dequantize, fmt=fmt),
-        reads=("A", "B", "scales", "zeros") if fmt.has_zeros else ("A", "B", "scales"), description=f"A bf16; weight {fmt.description}",
-    ))
+    """Register the format's (kernels.dequant_formats) torch decode-then-matmul variant and TileLang kernel variant."""
     emulate = partial(emulate_dequant_w4, fmt=fmt)
     register_variant(Variant(
         name=torch_name, family="dequant", input_format=fmt.name, emulate=emulate,
@@ -523,53 +396,17 @@ def _register(tilelang_name: str, torch_name: str, fmt: W4Format) -> W4Format:
 
 # ---------------------------------------------------------------------------------------------
 # tinygemm: torch's own W4A16 kernel (``torch._weight_int4pack_mm``, bf16 only), the library peer of
-# the family. It has its own format, as torch defines it: unsigned codes q in [0, 15] per 128 K with a
-# bf16 scale s and a bf16 *value* zero z (not an integer code): w = (q - 8)·s + z. Its stored operands
-# are tinygemm's inputs before its layout change: the codes packed two per byte, element 2i in the
-# *high* nibble (the byte order ``torch._convert_weight_to_int4pack`` takes), and ``scale_and_zero``
-# (K/128, N, 2) bf16. The layout change to tinygemm's tiles runs on the GPU in ``prepare``, untimed.
-TINYGEMM_GROUP = 128
+# the family, on its own format ``w4_tinygemm_g128`` (kernels.dequant_formats: uint4 codes with a bf16
+# scale and a bf16 value zero per 128 K). The layout change to tinygemm's tiles runs on the GPU in
+# ``prepare``, untimed.
 TINYGEMM_INNER_K_TILES = 8  # K tiles of 16 per packed row chunk (2, 4 or 8); 8 is torchao's default
-TINYGEMM_FORMAT = "w4_tinygemm_g128"
-
-
-def quantize_tinygemm_weight(B: torch.Tensor) -> Operands:
-    """Asymmetric min/max quantization per 128 K, tinygemm's convention -> {"B", "scale_and_zero"}.
-
-    s = (max - min)/15 (bf16, ``amax_scale``), z = bf16(min + 8·s) the value of code 8, then each
-    weight takes the nearest code of the *stored* s and z: q = clamp(round((w - z)/s) + 8, 0, 15)."""
-    _check_weight(B, TINYGEMM_FORMAT, TINYGEMM_GROUP)
-    N, K = B.shape
-    packed, sz = [], []
-    for r0 in range(0, N, _QUANT_ROWS):
-        Bg = B[r0:r0 + _QUANT_ROWS].float().reshape(-1, K // TINYGEMM_GROUP, TINYGEMM_GROUP)
-        lo, hi = Bg.amin(-1), Bg.amax(-1)
-        scale = amax_scale(hi - lo, 15, torch.bfloat16)
-        zero = (lo + 8 * scale.float()).to(torch.bfloat16)
-        q = (torch.round((Bg - zero.float()[..., None]) / scale.float()[..., None]) + 8).clamp(0, 15)
-        q = q.reshape(Bg.shape[0], K).to(torch.uint8)
-        packed.append((q[:, 0::2] << 4) | q[:, 1::2])
-        sz.append(torch.stack([scale, zero], -1))
-    return {"B": torch.cat(packed), "scale_and_zero": torch.cat(sz).transpose(0, 1).contiguous()}
-
-
-def tinygemm_weight(ops: Operands) -> torch.Tensor:
-    """Exact real weight (q - 8)·s + z in float64, (N, K)."""
-    B = ops["B"]
-    q = torch.stack([B >> 4, B & 15], -1).reshape(B.shape[0], -1).double()  # element 2i is the high nibble
-    s, z = (_per_element(ops["scale_and_zero"][..., i], TINYGEMM_GROUP).double() for i in (0, 1))
-    return (q - 8) * s + z
-
-
-def _quantize_tinygemm(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    _check_activation(A, TINYGEMM_FORMAT)
-    return {"A": A.to(torch.bfloat16).contiguous(), **quantize_tinygemm_weight(B)}
 
 
 def emulate_tinygemm(ops: Operands) -> torch.Tensor:
     """tinygemm's arithmetic on the CPU: bf16 weights bf16_rn((q - 8)·s + z) (one fma), fp32 accumulation,
     one bf16 rounding of the output (checked against torch's CPU ``_weight_int4pack_mm_for_cpu`` in the tests)."""
-    return (ops["A"].float() @ tinygemm_weight(ops).to(torch.bfloat16).float().T).to(torch.bfloat16)
+    A = format_operands(ops, ("A",), "emulate_tinygemm")[0]
+    return (A.float() @ tinygemm_weight(ops, "emulate_tinygemm").to(torch.bfloat16).float().T).to(torch.bfloat16)
 
 
 def prepare_tinygemm(ops: Operands) -> Operands:
@@ -588,12 +425,6 @@ def tinygemm_shape_limit(M: int, N: int, K: int) -> str | None:
     return f"tinygemm: N={N} must be a multiple of 8" if N % 8 else None
 
 
-register_format(Format(
-    name=TINYGEMM_FORMAT, quantize=_quantize_tinygemm, dequantize=lambda ops: (ops["A"].double(), tinygemm_weight(ops)),
-    reads=("A", "B", "scale_and_zero"),
-    description="A bf16; weight as tinygemm defines it: uint4 codes q (element 2i in the high nibble), bf16 scale "
-    "(max-min)/15 and bf16 zero value per 128 K, w = (q - 8)·s + z; scale_and_zero (K/128, N, 2)",
-))
 TINYGEMM = register_variant(Variant(
     name="tinygemm_w4_g128", family="dequant", input_format=TINYGEMM_FORMAT, emulate=emulate_tinygemm,
     launch=launch_tinygemm, prepare=prepare_tinygemm, baseline=CUBLAS_BF16.name, min_cc=80,
@@ -602,19 +433,8 @@ TINYGEMM = register_variant(Variant(
 ))
 
 
-# name -> W4Format, each registered with its two variants (the format's description names its layout)
-W4_FORMATS = {fmt.name: fmt for fmt in (
-    _register("dequant_w4_int4_sym_g128", "torch_dequant_matmul_w4_int4_sym_g128", W4Format(
-        "w4_int4_sym_g128", "int4", "bfloat16", 128, 0,
-        "int4 q in [-8,7] packed two per byte along K; bf16 scale amax/7 per 128 K, shape (K/128, N)")),
-    _register("dequant_w4_uint4_zp_g128", "torch_dequant_matmul_w4_uint4_zp_g128", W4Format(
-        "w4_uint4_zp_g128", "uint4_zp", "bfloat16", 128, 1,
-        "uint4 codes with bf16 scale (max-min)/15 and bf16 integer zero point per 128 K, value (c - z)·s; scales and zeros (K/128, N)")),
-    _register("dequant_w4_e2m1_g32", "torch_dequant_matmul_w4_e2m1_g32", W4Format(
-        "w4_e2m1_g32", "e2m1", "bfloat16", 32, 2,
-        "fp4 e2m1 codes packed two per byte along K; bf16 scale amax/6 per 32 K, shape (K/32, N)")),
-    _register("dequant_w4_mxfp4", "torch_dequant_matmul_w4_mxfp4", W4Format(
-        "w4_mxfp4", "e2m1", "e8m0", 32, 3,
-        "OCP MX fp4: e2m1 codes, E8M0 scale (uint8, bias 127) per 32 K, shape (K/32, N); exponent floor(log2 amax) - 2, "
-        "codes saturate at ±6")),
-)}
+# each format (kernels.dequant_formats, registered there) with its two variants
+_register("dequant_w4_int4_sym_g128", "torch_dequant_matmul_w4_int4_sym_g128", W4_INT4_SYM_G128)
+_register("dequant_w4_uint4_zp_g128", "torch_dequant_matmul_w4_uint4_zp_g128", W4_UINT4_ZP_G128)
+_register("dequant_w4_e2m1_g32", "torch_dequant_matmul_w4_e2m1_g32", W4_E2M1_G32)
+_register("dequant_w4_mxfp4", "torch_dequant_matmul_w4_mxfp4", W4_MXFP4)

@@ -5,7 +5,8 @@ Hopper's fp8 wgmma adds into its fp32 accumulator with reduced precision (DeepSe
 ``use_fast_accum=True`` does not. The TileLang kernel here does not promote, so its matched peer is
 the fast-accumulation call.
 
-Per-tensor scales (amax / fp8 max) are applied in the epilogue. On sm_90a the kernel must lower to
+Per-tensor scales (amax / fp8 max) are applied in the epilogue. The formats (``fp8_e4m3_tensor``,
+``fp8_e5m2_tensor``: ``quantize_fp8``) are in ``kernels.fp8_formats``, which imports no kernel. On sm_90a the kernel must lower to
 ``wgmma``: TileLang does so only for A (M,K), B (N,K) with ``transpose_B=True`` and otherwise
 falls back to ``mma.sync`` silently, which the compile step's instruction check turns into a failure.
 TileLang evaluates a prim_func's annotations with the factory's closure variables, so this module must
@@ -15,43 +16,13 @@ from functools import partial
 
 import torch
 
-from kernels.formats import E4M3, E4M3_MAX, E5M2, E5M2_MAX, check_operand, quantize_tensor, saturate_fp8
-from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
+from kernels.formats import check_gemm_shape, format_operands
+from kernels.fp8_formats import FP8, FP8_E4M3_TENSOR, FP8_E5M2_TENSOR, quantize_fp8  # noqa: F401  (registers the formats)
+from kernels.registry import Format, Operands, Unsupported, Variant, register_variant
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
 from kernels.ws_gemm import PASS_CONFIGS as WS_PASS_CONFIGS
 from kernels.ws_gemm import ws_gemm_kernel, ws_tile_problem
-
-# kind -> (torch dtype, TileLang dtype, largest finite value)
-FP8 = {
-    "e4m3": (E4M3, "float8_e4m3fn", E4M3_MAX),
-    "e5m2": (E5M2, "float8_e5m2", E5M2_MAX),
-}
-
-
-def quantize_fp8(x: torch.Tensor, kind: str, *, operand: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-tensor fp8 quantization: scale = amax / fp8_max (``formats.amax_scale``: never below fp32's
-    smallest normal, 1 for an all-zero tensor); values clamped before the cast (``formats.saturate_fp8``).
-
-    torch's fp8 casts need not saturate (out of range, e5m2 gives Inf; e4m3fn NaN on some builds), hence the clamp.
-    Returns (q, scale) with ``q.float() * scale ≈ x`` and scale a float32 tensor of shape (1,).
-    ``operand`` (e.g. "A") names the tensor in error messages.
-    """
-    if kind not in FP8:
-        raise ValueError(f"unknown fp8 kind {kind!r}; expected one of {sorted(FP8)}")
-    check_operand(x, "quantize_fp8", operand)
-    torch_dtype, _, fmax = FP8[kind]
-    return quantize_tensor(x, fmax, partial(saturate_fp8, dtype=torch_dtype))
-
-
-def _quantize_pair(A: torch.Tensor, B: torch.Tensor, kind: str) -> Operands:
-    a, sa = quantize_fp8(A, kind, operand="A")
-    b, sb = quantize_fp8(B, kind, operand="B")
-    return {"A": a, "B": b, "scale_a": sa, "scale_b": sb}
-
-
-def _dequantize_pair(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
-    return ops["A"].double() * ops["scale_a"].double(), ops["B"].double() * ops["scale_b"].double()
 
 
 def emulate_fp8(ops: Operands) -> torch.Tensor:
@@ -59,14 +30,16 @@ def emulate_fp8(ops: Operands) -> torch.Tensor:
 
     The emulation of every fp8 variant: the seed-form and warp-specialized kernels and both cuBLAS calls
     (promotion and fast accumulation differ only in how the tensor core rounds its adds)."""
-    acc = ops["A"].float() @ ops["B"].float().T
-    return (acc * (ops["scale_a"] * ops["scale_b"])).to(torch.bfloat16)
+    a, b, sa, sb = format_operands(ops, ("A", "B", "scale_a", "scale_b"), "emulate_fp8")
+    acc = a.float() @ b.float().T
+    return (acc * (sa * sb)).to(torch.bfloat16)
 
 
 def fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype: str = "bfloat16"):
     """TileLang fp8 GEMM: TMA-fed pipelined ``T.gemm`` with A (M,K), B (N,K), transpose_B=True.
 
     The kernel of fp8_e4m3 and fp8_e5m2 (``in_dtype`` "float8_e4m3fn" / "float8_e5m2")."""
+    check_gemm_shape("fp8_kernel", M, N, K)
     import tilelang.language as T
 
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
@@ -94,6 +67,7 @@ def fp8_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str, out_dtype: str
 def fp8_ws_kernel(M: int, N: int, K: int, tile: Tile, in_dtype: str):
     """The warp-specialized persistent fp8 GEMM (``kernels.ws_gemm``): the kernel of fp8_e4m3_ws,
     fp8_e5m2_ws and, with ``_p<n>`` tiles, fp8_e4m3_ws_promoted. Same operands and epilogue as fp8_kernel."""
+    check_gemm_shape("fp8_ws_kernel", M, N, K)
     if why := ws_shape_limit(M, N, K):
         raise Unsupported(why)
     return ws_gemm_kernel(M, N, K, tile, in_dtype)
@@ -163,14 +137,6 @@ FP8_QMMA = {k: rf"QMMA\.16832\.F32\.{t}\.{t}" for k, t in FP8_SASS_TAGS.items()}
 FP8_AS_F16_HMMA = r"HMMA\.16816\.F32"
 
 
-def _register_format(name: str, kind: str) -> Format:
-    return register_format(Format(
-        name=name, quantize=partial(_quantize_pair, kind=kind), dequantize=_dequantize_pair,
-        reads=("A", "B", "scale_a", "scale_b"),
-        description=f"{kind} values, one fp32 scale per tensor (amax/{FP8[kind][2]:g}), clamped before the cast",
-    ))
-
-
 def _register_cublas(name: str, fast_accum: bool, how: str) -> Variant:
     return register_variant(Variant(
         name=name, family="fp8", input_format=FP8_E4M3_TENSOR.name, emulate=emulate_fp8,
@@ -217,8 +183,6 @@ def _register_ws(name: str, fmt: Format, kind: str, promoted: bool) -> Variant:
     ))
 
 
-FP8_E4M3_TENSOR = _register_format("fp8_e4m3_tensor", "e4m3")
-FP8_E5M2_TENSOR = _register_format("fp8_e5m2_tensor", "e5m2")
 CUBLAS_FP8_E4M3 = _register_cublas(
     "cublas_fp8_e4m3", False, "default accumulation: the partial sums are promoted to full fp32 every few K blocks")
 CUBLAS_FP8_E4M3_FASTACC = _register_cublas("cublas_fp8_e4m3_fastacc", True, "use_fast_accum=True: accumulates like wgmma, no promotion")

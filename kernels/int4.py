@@ -2,6 +2,7 @@
 
 Operands are quantized per tensor (symmetric, scale = amax / 7) and packed two per byte along K with
 ``formats.pack_int4`` (element 2i in the low nibble, 2i+1 in the high nibble), the seed's convention.
+The formats (``quantize_int4``, ``int_operands``) are in ``kernels.int4_formats``, which imports no kernel.
 Every variant returns the exact int32 product; ``to_real`` applies s_a · s_b.
 
 Variants:
@@ -32,9 +33,15 @@ from functools import partial
 
 import torch
 
-from kernels.formats import INT4_MAX, INT4_MIN, check_operand, encode_int4, pack_int4, quantize_tensor, unpack_int4
+from kernels.formats import INT4_MAX, INT4_MIN, check_gemm_shape, format_operands, pack_int4
+from kernels.int4_formats import (  # noqa: F401  (registers the formats; quantize_int4 kept importable from here)
+    INT4_TENSOR,
+    INT4_TENSOR_UNPACKED_S8,
+    int_operands,
+    quantize_int4,
+)
 from kernels.int4_ws import int4_ws_kernel, int4_ws_shape_limit, int4_ws_tile_problem
-from kernels.registry import Format, Operands, Unsupported, Variant, register_format, register_variant
+from kernels.registry import Format, Operands, Unsupported, Variant, register_variant
 from kernels.tiles import Tile
 from kernels.tn_gemm import tn_mainloop
 from kernels.ws_gemm import PASS_CONFIGS as WS_PASS_CONFIGS
@@ -42,58 +49,6 @@ from kernels.ws_gemm import PASS_CONFIGS as WS_PASS_CONFIGS
 # |a·b| <= 64 per term, so |C| <= 64·K: the int32 accumulator cannot overflow for K < 2^25.
 MAX_EXACT_K = 1 << 25
 HOPPER_MAX_SMEM = 227 * 1024  # opt-in dynamic shared memory per block on sm_90
-
-
-# ---------------------------------------------------------------------------------------------
-# Quantization and formats
-# ---------------------------------------------------------------------------------------------
-
-
-def quantize_int4(x: torch.Tensor, *, operand: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-tensor int4: scale = amax / 7, q = clamp(round(x / scale), -8, 7).
-
-    The scale comes from ``formats.amax_scale`` (never below fp32's smallest normal, 1 for an all-zero
-    tensor). Rounding is torch.round (to nearest, ties to even). Returns (q int8, scale float32 of shape
-    (1,)). ``operand`` (e.g. "A") names the tensor in error messages.
-    """
-    check_operand(x, "quantize_int4", operand)
-    return quantize_tensor(x, INT4_MAX, encode_int4)
-
-
-def _quantize_packed(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    qa, sa = quantize_int4(A, operand="A")
-    qb, sb = quantize_int4(B, operand="B")
-    return {"A_packed": pack_int4(qa), "B_packed": pack_int4(qb), "scale_a": sa, "scale_b": sb}
-
-
-def _quantize_unpacked(A: torch.Tensor, B: torch.Tensor) -> Operands:
-    qa, sa = quantize_int4(A, operand="A")
-    qb, sb = quantize_int4(B, operand="B")
-    return {"A": qa, "B": qb, "scale_a": sa, "scale_b": sb}
-
-
-def int_operands(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
-    """The int8 values (A (M,K), B (N,K)) of either int4 format."""
-    if "A_packed" in ops:
-        return unpack_int4(ops["A_packed"]), unpack_int4(ops["B_packed"])
-    return ops["A"], ops["B"]
-
-
-def _dequantize(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
-    a, b = int_operands(ops)
-    return a.double() * ops["scale_a"].double(), b.double() * ops["scale_b"].double()
-
-
-INT4_TENSOR = register_format(Format(
-    "int4_tensor", _quantize_packed, _dequantize,
-    reads=("A_packed", "B_packed"),  # the scales are applied to the int32 result, outside the kernel
-    description="int4 in [-8,7], one fp32 scale per tensor (amax/7, round to nearest, clamp), "
-    "packed two per byte along K: A_packed (M,K/2), B_packed (N,K/2) int8",
-))
-INT4_TENSOR_UNPACKED_S8 = register_format(Format(
-    "int4_tensor_unpacked_s8", _quantize_unpacked, _dequantize, reads=("A", "B"),
-    description="the int4_tensor values already unpacked to int8: A (M,K), B (N,K), same scales",
-))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,7 +62,7 @@ def exact_int_product(ops: Operands) -> torch.Tensor:
     Computed with a float64 matmul: every product and partial sum is an integer of magnitude
     <= 64·K < 2^53, so each float64 operation is exact whatever the summation order.
     """
-    a, b = int_operands(ops)
+    a, b = int_operands(ops, "exact_int_product")
     if a.shape[-1] >= 1 << 46:
         raise ValueError(f"K={a.shape[-1]} too large for an exact float64 reference")
     return (a.double() @ b.double().T).to(torch.int64)
@@ -124,13 +79,14 @@ def emulate_int_gemm(ops: Operands) -> torch.Tensor:
 
     The emulation of every variant of the family: int4_mma, int4_unpack_s8, int4_unpack_s8_ss and the
     int8 peers int8_tilelang and int8_torch_int_mm."""
-    a, _ = int_operands(ops)
+    a, _ = int_operands(ops, "emulate_int_gemm")
     check_int32_accumulation(a.shape[-1])
     return exact_int_product(ops).to(torch.int32)
 
 
 def int_to_real(out: torch.Tensor, ops: Operands) -> torch.Tensor:
-    return out.double() * (ops["scale_a"].double() * ops["scale_b"].double())
+    sa, sb = format_operands(ops, ("scale_a", "scale_b"), "int_to_real")
+    return out.double() * (sa.double() * sb.double())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,6 +123,7 @@ def int4_mma_kernel(M: int, N: int, K: int, tile: Tile):
     TileLang binds a ``T.int4`` (rows, K) tensor to an int8 torch tensor of shape (rows, K/2)
     holding two nibbles per byte (its host checks shape[1]·2 == K), i.e. ``pack_int4``'s output.
     """
+    check_gemm_shape("int4_mma_kernel", M, N, K)
     import tilelang.language as T
 
     if K % 2:
@@ -211,6 +168,7 @@ def int4_unpack_s8_kernel(M: int, N: int, K: int, tile: Tile, a_in_registers: bo
     decode of block k+1 runs while the tensor cores work on block k, and a buffer is rewritten only
     after the ``wgmma`` that read it has retired (the wait precedes the barrier before each issue).
     """
+    check_gemm_shape("int4_unpack_s8_kernel", M, N, K)
     import tilelang.language as T
     from tilelang.layout import make_swizzled_layout
 
@@ -384,6 +342,7 @@ S8_IGMMA = r"IGMMA\.64x\d+x32\.S8\.S8"
 
 def int8_tilelang_kernel(M: int, N: int, K: int, tile: Tile):
     """TileLang int8 GEMM (baseline): TMA-fed pipelined ``T.gemm``, A (M,K), B (N,K), int32 out."""
+    check_gemm_shape("int8_tilelang_kernel", M, N, K)
     import tilelang.language as T
 
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
@@ -481,8 +440,14 @@ INT4_UNPACK_S8 = _register_unpack_s8(
 INT4_UNPACK_S8_SS = _register_unpack_s8("int4_unpack_s8_ss", False, S8_WGMMA_SS, "A and B decoded into shared memory")
 
 
+def int4_ws_factory(M: int, N: int, K: int, tile: Tile):
+    """int4_ws's kernel factory: ``int4_ws.int4_ws_kernel`` after the M, N, K check every factory makes."""
+    check_gemm_shape("int4_ws_kernel", M, N, K)
+    return int4_ws_kernel(M, N, K, tile)
+
+
 INT4_WS = _register(
-    "int4_ws", INT4_TENSOR, launch_int4_unpack_s8, kernel=int4_ws_kernel, out_idx=(2,),
+    "int4_ws", INT4_TENSOR, launch_int4_unpack_s8, kernel=int4_ws_factory, out_idx=(2,),
     instructions={"sm_90a": S8_WGMMA_RS}, sass={"sm_90a": S8_IGMMA}, self_checks=int4_self_checks,
     unsupported={a: _WGMMA_ONLY.format(arch=a, int8_tilelang=INT8_TILELANG.name) for a in ("sm_89", "sm_100a")},
     pass_configs={"sm_90a": WS_PASS_CONFIGS}, shape_limit=int4_ws_shape_limit, tile_check=int4_ws_tile_problem,

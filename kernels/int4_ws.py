@@ -82,7 +82,7 @@ def int4_ws_tile_problem(tile: Tile) -> str | None:
     """Why the kernel cannot take ``tile``, or None: its own rules, then ``ws_gemm``'s with its shared memory."""
     if tile.promote or tile.swap_ab:
         return f"tile {tile.name}: int4_ws has no promotion (_p) or operand swap (_swapab); integer sums are exact"
-    return ws_tile_problem(tile, smem=int4_ws_smem_bytes(tile))
+    return ws_tile_problem(tile, smem=int4_ws_smem_bytes(tile), regs=(PRODUCER_REGS, CONSUMER_REGS))
 
 
 def int4_ws_shape_limit(M: int, N: int, K: int) -> str | None:

@@ -8,6 +8,7 @@ Family modules (``fp8``, ``int4``, ...) register theirs at import; ``load_all`` 
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 from collections.abc import Callable
@@ -51,7 +52,8 @@ class Variant:
     # once per input set, untimed: helper work on the GPU operands (scale products, layout changes)
     # -> extra operands ``launch`` reads; done with the operands, never inside the timed window
     prepare: Callable[[Operands], Operands] | None = None
-    # TileLang kernel factory (M, N, K, tile) -> PrimFunc; None for a library baseline
+    # TileLang kernel factory (M, N, K, tile) -> PrimFunc; None for a library baseline. It refuses M, N or
+    # K <= 0 with a ValueError naming the dimension (kernels.formats.check_gemm_shape)
     kernel: Callable | None = None
     out_idx: tuple[int, ...] = ()
     # arch -> regex that must appear in the generated CUDA source (a silent fallback fails loudly)
@@ -114,12 +116,33 @@ def load_all() -> None:
         importlib.import_module(mod)
 
 
+class UnknownName(KeyError):
+    """A name no variant (or format) is registered under; a KeyError whose message reads as written."""
+
+    def __str__(self) -> str:  # KeyError's own str() would show the message as a quoted repr
+        return str(self.args[0]) if self.args else ""
+
+
 def _lookup(table: dict, what: str, name: str):
     load_all()
+    if not isinstance(name, str):
+        hint = f"; pass its .name, {name.name!r}" if isinstance(getattr(name, "name", None), str) else ""
+        raise TypeError(f"look up the {what} by its name (a str), got {type(name).__name__}{hint}")
     try:
         return table[name]
     except KeyError:
-        raise KeyError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}") from None
+        pass
+    hints = []
+    if table is FORMATS and name in VARIANTS:
+        hints.append(f"{name!r} is a variant; its input format is {VARIANTS[name].input_format!r}")
+    elif table is VARIANTS and name in FORMATS:
+        users = sorted(v.name for v in VARIANTS.values() if v.input_format == name)
+        hints.append(f"{name!r} is an input format; its variants: {', '.join(users)}")
+    else:
+        close = difflib.get_close_matches(name, table, n=3)
+        if close:
+            hints.append(f"did you mean {' or '.join(map(repr, close))}?")
+    raise UnknownName(f"unknown {what} {name!r}; " + "".join(h + "; " for h in hints) + f"known: {', '.join(sorted(table))}")
 
 
 def get_variant(name: str) -> Variant:

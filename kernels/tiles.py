@@ -1,7 +1,8 @@
 """Tile configurations, named CUTLASS-style so that a name encodes the whole configuration.
 
-Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col|sq}][_z{panel}][_p{promote}][_swapab]``
-e.g. ``m128n256k128_s3_t256_wrow_z8``. ``lib`` names a library baseline (no tile), ``emulated``
+Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col}][_z{panel}][_p{promote}][_swapab]``
+e.g. ``m128n256k128_s3_t256_wrow_z8``; one spelling per tile (``Tile.name``: no leading zeros, no ``_z0``,
+``_p0`` or ``_wsq``, the default Square policy), which ``parse_tile`` insists on. ``lib`` names a library baseline (no tile), ``emulated``
 the CPU emulation of a variant's arithmetic.
 """
 from __future__ import annotations
@@ -12,8 +13,9 @@ from dataclasses import dataclass
 LIBRARY = "lib"
 EMULATED = "emulated"
 _TILE_RE = re.compile(
-    r"^m(?P<block_M>\d+)n(?P<block_N>\d+)k(?P<block_K>\d+)_s(?P<num_stages>\d+)_t(?P<threads>\d+)"
-    r"(?:_w(?P<policy>row|col|sq))?(?:_z(?P<swizzle>\d+))?(?:_p(?P<promote>\d+))?(?P<swap_ab>_swapab)?$"
+    # [0-9], not \d: int() also reads other scripts' digits
+    r"m(?P<block_M>[0-9]+)n(?P<block_N>[0-9]+)k(?P<block_K>[0-9]+)_s(?P<num_stages>[0-9]+)_t(?P<threads>[0-9]+)"
+    r"(?:_w(?P<policy>row|col|sq))?(?:_z(?P<swizzle>[0-9]+))?(?:_p(?P<promote>[0-9]+))?(?P<swap_ab>_swapab)?"
 )
 _POLICIES = {"row": "FullRow", "col": "FullCol", "sq": "Square", None: "Square"}
 
@@ -45,14 +47,20 @@ class Tile:
         return s
 
 
+_GRAMMAR = ("m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol][_z<panel>][_p<promote every n K blocks>][_swapab], "
+            "in this order, e.g. m128n256k128_s3_t256_wrow_z8")
+_CORE_RE = re.compile(r"m[0-9]+n[0-9]+k[0-9]+_s[0-9]+_t[0-9]+")
+
+
 def parse_tile(name: str) -> Tile:
-    """Parse a tile name; a malformed name raises ValueError that quotes it and the grammar."""
-    m = _TILE_RE.match(name)
+    """Parse a tile name in its canonical spelling (``Tile.name``); anything else raises ValueError that
+    quotes it, the grammar and, where the name parses, the canonical spelling. One spelling per tile:
+    the compile records, the run's lookup of them and the result tables all key on ``Tile.name``."""
+    m = _TILE_RE.fullmatch(name) if isinstance(name, str) else None
     if not m:
-        raise ValueError(
-            f"bad tile name {name!r}: expected m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol|_wsq][_z<panel>]"
-            "[_p<promote every n K blocks>][_swapab], e.g. m128n256k128_s3_t256_wrow_z8"
-        )
+        core = _CORE_RE.match(name) if isinstance(name, str) else None
+        rest = f"; unknown or misplaced suffix {name[core.end():]!r}" if core else ""
+        raise ValueError(f"bad tile name {name!r}{rest}: expected {_GRAMMAR}")
     d = m.groupdict()
     tile = Tile(
         block_M=int(d["block_M"]),
@@ -70,15 +78,76 @@ def parse_tile(name: str) -> Tile:
             raise ValueError(f"bad tile name {name!r}: {field} must be positive")
     if tile.threads % 128:
         raise ValueError(f"bad tile name {name!r}: threads must be a multiple of 128 (whole warpgroups)")
+    if tile.threads > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"bad tile name {name!r}: threads must be at most {MAX_THREADS_PER_BLOCK} (a CUDA block's limit)")
+    # leading zeros, _z0, _p0 and _wsq (the default policy) parse to a tile whose name is spelled otherwise
+    if tile.name != name:
+        raise ValueError(f"bad tile name {name!r}: not the canonical spelling; write {tile.name!r}")
     return tile
 
 
 def parse_shape(name: str) -> tuple[int, int, int]:
-    """Parse ``{M}x{N}x{K}``."""
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", name)
+    """Parse ``{M}x{N}x{K}`` in its canonical spelling (positive decimal integers, no leading zeros)."""
+    m = re.fullmatch(r"([0-9]+)x([0-9]+)x([0-9]+)", name) if isinstance(name, str) else None
     if not m or min(int(g) for g in m.groups()) <= 0:
         raise ValueError(f"bad shape {name!r}: expected MxNxK with positive integers, e.g. 4096x4096x4096")
-    return tuple(int(g) for g in m.groups())  # type: ignore[return-value]
+    dims = tuple(int(g) for g in m.groups())
+    canonical = "x".join(map(str, dims))
+    if canonical != name:
+        raise ValueError(f"bad shape {name!r}: not the canonical spelling; write {canonical!r}")
+    return dims  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- what a block may use, per arch
+# The most shared memory one block can have (static + dynamic, opt-in), in bytes: CUDA C++ Programming
+# Guide, "Technical Specifications per Compute Capability". The one table every shared-memory rule uses
+# (config-time estimates in harness/plan.py, the compiled kernel's usage in harness/compile.py).
+SMEM_LIMIT_BYTES = {
+    "sm_75": 64 * 1024,
+    "sm_80": 163 * 1024, "sm_87": 163 * 1024,
+    "sm_86": 99 * 1024, "sm_89": 99 * 1024,  # 101376: the L40S / RTX 40 opt-in maximum
+    "sm_90": 227 * 1024, "sm_90a": 227 * 1024,  # 232448
+    "sm_100": 227 * 1024, "sm_100a": 227 * 1024, "sm_103": 227 * 1024, "sm_103a": 227 * 1024,
+    "sm_110": 227 * 1024, "sm_110a": 227 * 1024,
+    "sm_120": 99 * 1024, "sm_120a": 99 * 1024, "sm_121": 99 * 1024, "sm_121a": 99 * 1024,
+}
+# static shared memory TileLang's kernels add from sm_90 on (mbarriers and scratch; 0 seen on sm_89,
+# up to 2048 on sm_90a/sm_100a): the config-time estimates count dynamic memory only
+STATIC_SMEM_RESERVE = {arch: 2048 for arch in SMEM_LIMIT_BYTES if int(arch[3:].rstrip("a")) >= 90}
+# every arch above: 64 K 32-bit registers per SM (and per block), at most 255 per thread
+REGISTERS_PER_BLOCK = 65536
+MAX_REGISTERS_PER_THREAD = 255
+MAX_THREADS_PER_BLOCK = 1024
+
+
+def smem_limit(arch: str) -> int:
+    """The most shared memory (bytes) a block can have on ``arch``; KeyError naming the table if unknown."""
+    try:
+        return SMEM_LIMIT_BYTES[arch]
+    except KeyError:
+        raise KeyError(f"no shared-memory limit known for {arch}: add it to kernels/tiles.py SMEM_LIMIT_BYTES") from None
+
+
+def smem_problem(what: str, smem: int, arch: str, static: int | None = None) -> str | None:
+    """Why ``smem`` bytes (``what``: the tile or kernel) do not fit a block of ``arch``, or None. ``static``:
+    the static shared memory, when known (a compiled kernel); else the arch's usual reserve is counted."""
+    limit = smem_limit(arch)
+    extra = STATIC_SMEM_RESERVE.get(arch, 0) if static is None else static
+    if smem + extra <= limit:
+        return None
+    plus = f" + {extra} static" if extra else ""
+    return (f"{what}: needs {smem}{plus} bytes of shared memory, more than the {limit} a block can have on {arch} "
+            "(kernels/tiles.py SMEM_LIMIT_BYTES); use fewer stages or a smaller block")
+
+
+def register_problem(what: str, registers: int, threads: int) -> str | None:
+    """Why ``registers`` per thread over ``threads`` threads cannot launch as one block, or None."""
+    if registers > MAX_REGISTERS_PER_THREAD:
+        return f"{what}: {registers} registers per thread, more than {MAX_REGISTERS_PER_THREAD}"
+    if registers * threads > REGISTERS_PER_BLOCK:
+        return (f"{what}: {registers} registers x {threads} threads = {registers * threads}, more than the "
+                f"{REGISTERS_PER_BLOCK} registers of a block")
+    return None
 
 
 # The bounds a shape class may set (inclusive); MN is the number of outputs, M·N.

@@ -25,3 +25,4 @@ def tn_mainloop(tile: Tile, K: int):
             T.gemm(A_shared, B_shared, C_local, transpose_B=True, policy=policy)
 
     return mainloop
+

@@ -27,13 +27,13 @@ Like ``tn_gemm``, modules using this must not use ``from __future__ import annot
 """
 from dataclasses import dataclass
 
-from kernels.tiles import Tile
+from kernels.tiles import REGISTERS_PER_BLOCK, SMEM_LIMIT_BYTES, STATIC_SMEM_RESERVE, Tile
 
 WARPGROUP = 128
 ROWS_PER_CONSUMER = 64  # a wgmma's M
 H200_SMS = 132
-# 227 KB of opt-in dynamic shared memory per block, less the 2 KB of static barriers and scratch
-HOPPER_SMEM_BYTES = 227 * 1024 - 2048
+# 227 KB of opt-in shared memory per block (kernels/tiles.py's table), less the 2 KB of static barriers and scratch
+HOPPER_SMEM_BYTES = SMEM_LIMIT_BYTES["sm_90a"] - STATIC_SMEM_RESERVE["sm_90a"]
 # setmaxnreg budgets (multiples of 8; 40 + 2·232 ≤ 512 per thread slot of a 384-thread CTA)
 PRODUCER_REGS = 40
 CONSUMER_REGS = {1: 240, 2: 232}
@@ -68,9 +68,11 @@ def smem_bytes(tile: Tile, in_bytes: int, out_bytes: int) -> int:
     return ring + (0 if tile.swap_ab else tile.block_M * tile.block_N * out_bytes)
 
 
-def ws_tile_problem(tile: Tile, in_bytes: int = 1, out_bytes: int = 2, smem: int | None = None) -> str | None:
+def ws_tile_problem(tile: Tile, in_bytes: int = 1, out_bytes: int = 2, smem: int | None = None,
+                    regs: tuple[int, dict[int, int]] = (PRODUCER_REGS, CONSUMER_REGS)) -> str | None:
     """Why the kernel cannot take ``tile``, or None. ``smem``: the shared memory of a kernel built on this
-    one with another layout (``kernels.int4_ws``); default ``smem_bytes``."""
+    one with another layout (``kernels.int4_ws``); default ``smem_bytes``. ``regs``: its setmaxnreg budgets
+    (producer, consumers -> per consumer thread), which must fit the block's register file together."""
     if tile.block_M not in (64, 128):
         return f"tile {tile.name}: block_M must be 64 or 128 (one or two 64-row consumer warpgroups)"
     consumers = tile.block_M // ROWS_PER_CONSUMER
@@ -85,6 +87,10 @@ def ws_tile_problem(tile: Tile, in_bytes: int = 1, out_bytes: int = 2, smem: int
         return f"tile {tile.name}: the ring needs at least 2 stages"
     if tile.policy != "Square":
         return f"tile {tile.name}: each consumer warpgroup owns 64 full rows; there is no warp policy (_w) to choose"
+    producer, consumer = regs[0], regs[1].get(consumers)
+    if consumer is None or WARPGROUP * (producer + consumers * consumer) > REGISTERS_PER_BLOCK:
+        return (f"tile {tile.name}: setmaxnreg budgets {producer} + {consumers} x {consumer} registers per warpgroup "
+                f"thread do not fit the {REGISTERS_PER_BLOCK} registers of a block")
     if smem is None:
         smem = smem_bytes(tile, in_bytes, out_bytes)
     if smem > HOPPER_SMEM_BYTES:

@@ -47,15 +47,23 @@ def _string_literals() -> dict[str, list[str]]:
             for path in sorted((REPO / "kernels").glob("*.py"))}
 
 
+def _defining_module(fn) -> str:
+    while hasattr(fn, "func"):  # functools.partial
+        fn = fn.func
+    return fn.__module__.rpartition(".")[2]
+
+
 def test_each_variant_and_format_name_is_written_once_where_registered():
     literals = _string_literals()
     format_family = {}
     for v in VARIANTS.values():
         assert format_family.setdefault(v.input_format, v.family) == v.family, f"{v.input_format}: variants of two families"
-    names = [(v.name, v.family) for v in VARIANTS.values()] + [(f, format_family[f]) for f in FORMATS]
+    # a variant's home is its family's module; a format's, the module that defines (and registers) it
+    # (kernels/<family>_formats.py, which imports no kernel; bf16: kernels/baselines.py)
+    names = [(v.name, v.family, FAMILY_MODULE[v.family]) for v in VARIANTS.values()]
+    names += [(f, format_family[f], _defining_module(FORMATS[f].quantize)) for f in FORMATS]
     assert len(names) == len(VARIANTS) + len(FORMATS) and set(format_family) == set(FORMATS)
-    for name, family in names:
-        home = FAMILY_MODULE[family]
+    for name, family, home in names:
         counts = {mod: lits.count(name) - OTHER_MEANINGS.get((mod, name), 0) for mod, lits in literals.items()}
         where = {mod: n for mod, n in counts.items() if n}
         assert where == {home: 1}, f"{name!r} ({family}) is written as a literal {where or 'nowhere'}; want once, in kernels/{home}.py"

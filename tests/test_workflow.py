@@ -28,7 +28,7 @@ def test_default_config_dry_run_plans_every_stage():
     (lambda c: c["sweeps"].update(cpu=["64x64"]), "sweeps.cpu.0"),
     (lambda c: c["variants"].update(bf16_again={"uses": "cublas_bf17", "tolerance": {}}), "variants.bf16_again.uses"),
     # int4 packs two values per byte along K: an odd K is refused up front, naming where it came from
-    (lambda c: (c["variants"].update(int4_mma={"tiles": {"default": ["m64n64k64_s2_t128"]}, "tolerance": {}}),
+    (lambda c: (c["variants"].update(int4_mma={"tiles": {"default": ["m64n64k64_s2_t128"]}, "tolerance": {"kernel_rel_fro": 1e-9}}),
                 c["sweeps"].update(cpu=["64x64x127"])), "sweeps.cpu: shape 64x64x127 does not fit int4_mma"),
     # a target no instruction check covers would compile "ok" with any instructions at all
     (lambda c: c.update(targets=["sm_90a", "sm_75"]),
@@ -52,17 +52,19 @@ def test_default_config_dry_run_plans_every_stage():
     (lambda c: c.update(targets=["sm_90a", "sm_999"]), "targets.1: 'sm_999' is not one of"),
     (lambda c: c["platforms"]["h100"].update(arch="sm_91a"), "platforms.h100.arch: 'sm_91a' is not one of"),
     # the compile check's shapes are checked like every sweep
-    (lambda c: (c["variants"].update(int4_mma={"tiles": {"default": ["m64n64k64_s2_t128"]}, "tolerance": {}}),
+    (lambda c: (c["variants"].update(int4_mma={"tiles": {"default": ["m64n64k64_s2_t128"]}, "tolerance": {"kernel_rel_fro": 1e-9}}),
                 c["sweeps"].update(cpu_compile=["64x64x127"])), "sweeps.cpu_compile: shape 64x64x127 does not fit int4_mma"),
     # shape classes, and tiles per class: every class named, each tile one the variant's kernel takes
     (lambda c: c.update(shape_classes=[{"name": "thin", "M_max": 16}]), "shape_classes: the last class (thin) must have no bounds"),
     (lambda c: c.update(shape_classes=[{"name": "a", "M_max": 16}, {"name": "a"}]), "shape_classes: names must be unique"),
-    (lambda c: c["variants"].update(fp8_e4m3_ws={"tiles": {"sm_90a": {"m16": ["m64n16k256_s10_t256_swapab"]}}, "tolerance": {}}),
+    (lambda c: c["variants"].update(fp8_e4m3_ws={"tiles": {"sm_90a": {"m16": ["m64n16k256_s10_t256_swapab"]}},
+                                                 "tolerance": c["variants"]["fp8_e4m3"]["tolerance"]}),
      "variants.fp8_e4m3_ws.tiles.sm_90a: tiles per shape class must name every class"),
     (lambda c: c["variants"].update(fp8_e4m3_ws={"tiles": {"sm_90a": {k["name"]: ["m128n192k128_s4_t384_p2"] for k in c["shape_classes"]}},
-                                                 "tolerance": {}}),
+                                                 "tolerance": c["variants"]["fp8_e4m3"]["tolerance"]}),
      "variants.fp8_e4m3_ws.tiles.sm_90a.m16: tile m128n192k128_s4_t384_p2: fp8_e4m3_ws accumulates without promotion"),
-    (lambda c: c["variants"].update(fp8_e4m3_ws={"tiles": {"sm_90a": ["m128n256k128_s4_t384"]}, "tolerance": {}}),
+    (lambda c: c["variants"].update(fp8_e4m3_ws={"tiles": {"sm_90a": ["m128n256k128_s4_t384"]},
+                                                 "tolerance": c["variants"]["fp8_e4m3"]["tolerance"]}),
      "variants.fp8_e4m3_ws.tiles.sm_90a: tile m128n256k128_s4_t384: needs 262144 bytes of shared memory"),
     (lambda c: c["variants"]["fp8_e4m3"]["tiles"].update(default=["m64n64k64_s2_t128_swapab"]),
      "variants.fp8_e4m3.tiles.default: fp8_e4m3's kernel takes plain tiles only"),
@@ -223,6 +225,45 @@ def test_a_finished_run_has_nothing_to_do_and_a_rerun_touches_one_variant(tiny_r
     snakemake(wf, "--forcerun", "compile_fp8_e4m3", "--until", "compile_fp8_e4m3")
     assert record.stat().st_mtime_ns != before and json.loads(record.read_text())["records"][0]["status"] == "ok"
     assert sorted(p.name for p in cache.rglob("kernels/*")) == entries
+
+
+def _planned_rules(proc) -> set[str]:
+    """The rules a dry run would run (its job-stats table)."""
+    out = proc.stdout + proc.stderr
+    table = out.split("Job stats:", 1)[1].split("\n\n", 1)[0] if "Job stats:" in out else ""
+    return {line.split()[0] for line in table.splitlines()[2:] if line.strip() and line.split()[0] != "total"}
+
+
+@pytest.mark.workflow
+def test_nothing_reruns_for_a_setting_or_a_kernel_it_does_not_use(tiny_run_copy):
+    """timing.reps (GPU runs only) used to rerun every CPU emulation; an edited kernel module used to rerun
+    every input job (the formats lived beside the kernels), and so every emulation of every family."""
+    wf = tiny_run_copy
+    cfg = yaml.safe_load((wf / "config.yaml").read_text())
+    cfg["timing"]["reps"] += 7
+    (wf / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake(wf, "-n"))
+
+    with open(wf / "kernels/ws_gemm.py", "a") as fh:  # a kernel of the fp8 family, not of its formats
+        fh.write("\n# an edit\n")
+    planned = _planned_rules(snakemake(wf, "-n"))
+    assert "compile_fp8_e4m3" in planned, planned  # the edit was seen by the jobs that build it
+    assert not {r for r in planned if r.startswith("build_inputs_")}, planned
+    assert "emulate_cublas_bf16" not in planned, planned
+
+
+@pytest.mark.workflow
+def test_a_reference_set_is_read_never_made(tiny_run_copy):
+    """report.compare_with naming another platform's finished run used to plan that platform's whole run
+    (its tidy.parquet was an input, so the collect rule's output) on a host without its GPU."""
+    wf = tiny_run_copy
+    (wf / "results/h100").mkdir()
+    for f in ("tidy.parquet", "compile_matrix.csv"):
+        (wf / "results/h100" / f).write_bytes((wf / "results/cpu" / f).read_bytes())
+    cfg = yaml.safe_load((wf / "config.yaml").read_text())
+    cfg["report"]["compare_with"] = [*cfg["report"]["compare_with"], "results/h100"]
+    (wf / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert _planned_rules(snakemake(wf, "-n")) == {"report"}  # the new reference re-renders the report only
 
 
 @pytest.mark.workflow

@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
-from harness.plan import ConfigError, Plan, UnplannedTarget, kind, sweep_record, validate  # noqa: E402
+from harness.plan import ConfigError, Plan, UnplannedTarget, kind, reference_signature, sweep_record, validate  # noqa: E402
 from harness.records import failure_lines  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS  # noqa: E402
@@ -186,11 +186,6 @@ def ceilings_input(wc):
 def report_outputs(folder):
     return {name: report(f"{folder}/figures/{name}.png", caption=f"../report/{name}.rst", category="lpgemm")
             for name in FIGURES}
-
-
-def result_set_files(folder):
-    """What a report reads of a result set: a published folder's points, else its collect outputs."""
-    return points_in(folder) or [f"{folder}/{f}" for f in ("tidy.parquet", "compile_matrix.csv")]
 
 
 def datasheet(folder):

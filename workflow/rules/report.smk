@@ -1,5 +1,6 @@
 # Stage 5: the comparison report, from tidy tables alone: a platform's run (its collect outputs), and any
-# published set (read from its per-family points: committed sources, never rebuilt by the main job).
+# reference set (report.compare_with: a published set's per-family points, or another finished run's
+# tables; existing files, checked at planning, never rebuilt by the main job).
 # Each figure is also a Snakemake report item: snakemake --report results/report.zip
 
 
@@ -9,10 +10,8 @@ rule report:
         compile_matrix="results/{platform}/compile_matrix.csv",
         roofs="results/{platform}/roofs.csv",
         ceilings=ceilings_input,
-        references=[f for d in config["report"]["compare_with"] for f in result_set_files(d)],
-        # every profile present (this run's and the reference sets'): a new one re-renders the report
-        profiles=lambda wc: [f for d in [f"results/{wc.platform}", *config["report"]["compare_with"]]
-                             for f in profile_summaries(d)],
+        # every profile of this run present: a new one re-renders the report
+        profiles=lambda wc: profile_summaries(f"results/{wc.platform}"),
         code=script_code("report.py"),
     output:
         html="results/{platform}/report.html",
@@ -20,6 +19,9 @@ rule report:
     params:
         **report_params(lambda wc: f"results/{wc.platform}", lambda wc: f"{wc.platform} (this run)",
                         [(d, f"{Path(d).name} (published)") for d in config["report"]["compare_with"]]),
+        # the reference sets (report.compare_with), read and never made: their content (points or tables,
+        # profiles) reruns the report (harness/plan.py: reference_signature)
+        reference_content=reference_signature(config["report"]["compare_with"], also=profile_summary_files),
     conda:
         "../../envs/report.yaml"
     log:
