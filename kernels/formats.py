@@ -289,6 +289,15 @@ def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
     return table[codes.long()]
 
 
+def _refuse_fractions(t: torch.Tensor, what: str) -> None:
+    """A floating tensor standing for integers: a fraction, NaN or Inf is refused, never truncated."""
+    if t.is_floating_point():
+        f = t if t.element_size() > 1 else t.float()  # fp8 has no isfinite/round of its own
+        fractional = ~torch.isfinite(f) | (f != torch.round(f))
+        if bool(fractional.any()):
+            raise ValueError(f"{what}, got {_first_bad(t, fractional)}")
+
+
 def _check_codes(codes: torch.Tensor, who: str, top: int) -> None:
     """Integer codes in [0, top] (a floating tensor of integral values too): a fraction would be truncated,
     an out-of-range code wrap into another nibble or index past a table."""
@@ -296,11 +305,7 @@ def _check_codes(codes: torch.Tensor, who: str, top: int) -> None:
         raise OperandTypeError(f"{who} expects a torch.Tensor of integer codes, got {type(codes).__name__}")
     if codes.is_complex() or codes.dtype == torch.bool:
         raise OperandTypeError(f"{who} expects integer codes (e.g. torch.uint8), got {codes.dtype}")
-    if codes.is_floating_point():
-        c = codes if codes.element_size() > 1 else codes.float()
-        fractional = ~torch.isfinite(c) | (c != torch.round(c))
-        if bool(fractional.any()):
-            raise ValueError(f"{who}: codes must be integers, got {_first_bad(codes, fractional)}")
+    _refuse_fractions(codes, f"{who}: codes must be integers")
     bad = (codes < 0) | (codes > top)
     if bool(bad.any()):
         raise ValueError(f"{who}: codes must lie in [0, {top}], got {_first_bad(codes, bad)}")
@@ -421,11 +426,7 @@ def e8m0_encode(exponent: torch.Tensor) -> torch.Tensor:
     exponent = _as_tensor(exponent, "e8m0_encode", "exponent")
     if exponent.dtype == torch.bool or exponent.is_complex():
         raise OperandTypeError(f"e8m0_encode: exponent must be an integer tensor, got {exponent.dtype}")
-    if exponent.is_floating_point():
-        e = exponent if exponent.element_size() > 1 else exponent.float()
-        fractional = ~torch.isfinite(e) | (e != torch.round(e))
-        if bool(fractional.any()):
-            raise ValueError(f"e8m0_encode: exponent must hold integers, got {_first_bad(exponent, fractional)}")
+    _refuse_fractions(exponent, "e8m0_encode: exponent must hold integers")
     out = (exponent < E8M0_MIN_EXPONENT) | (exponent > E8M0_MAX_EXPONENT)
     if bool(out.any()):
         raise ValueError(f"e8m0_encode: exponents must lie in [{E8M0_MIN_EXPONENT}, {E8M0_MAX_EXPONENT}], "

@@ -81,21 +81,26 @@ def _snakefile_block() -> str:
     return head.split("\ninclude:", 1)[0]
 
 
-def _beat_workflow(root: Path) -> Path:
-    """A one-rule workflow whose job (setup() first, then a `sleep 1000` child) beats forever."""
+def _one_rule_workflow(root: Path, name: str, script: str, output: str, params: str) -> Path:
+    """A workflow with the repo Snakefile's guard block and one rule running ``script`` (its job calls setup())."""
     (root / "workflow" / "scripts").mkdir(parents=True)
     (root / "workflow" / "scripts" / "script_setup.py").symlink_to(SCRIPTS / "script_setup.py")
-    (root / "workflow" / "scripts" / "beat.py").write_text(BEAT)
+    (root / "workflow" / "scripts" / f"{name}.py").write_text(script)
     (root / "config.yaml").write_text("{}\n")
-    (root / "Snakefile").write_text('configfile: "config.yaml"\n' + _snakefile_block() + textwrap.dedent("""
+    (root / "Snakefile").write_text('configfile: "config.yaml"\n' + _snakefile_block() + textwrap.dedent(f"""
 
-        rule beat:
-            output: "never.txt"
-            params: pids="pids.txt", heartbeat="heartbeat.txt"
-            log: "logs/beat.log"
-            script: "workflow/scripts/beat.py"
+        rule {name}:
+            output: "{output}"
+            params: {params}
+            log: "logs/{name}.log"
+            script: "workflow/scripts/{name}.py"
         """))
     return root
+
+
+def _beat_workflow(root: Path) -> Path:
+    """A one-rule workflow whose job (setup() first, then a `sleep 1000` child) beats forever."""
+    return _one_rule_workflow(root, "beat", BEAT, "never.txt", 'pids="pids.txt", heartbeat="heartbeat.txt"')
 
 
 @pytest.mark.workflow
@@ -359,19 +364,7 @@ def test_a_second_snakemake_never_touches_a_running_ones_outputs(tmp_path):
     job writes out.txt, every invocation that could write (--unlock, --rerun-incomplete, -f, a plain run)
     is refused naming A, and out.txt and A's job are untouched; a dry run only warns, naming A. A's start
     removed the temporary file an earlier, killed writer left."""
-    wf = tmp_path
-    (wf / "workflow" / "scripts").mkdir(parents=True)
-    (wf / "workflow" / "scripts" / "script_setup.py").symlink_to(SCRIPTS / "script_setup.py")
-    (wf / "workflow" / "scripts" / "slow.py").write_text(SLOW)
-    (wf / "config.yaml").write_text("{}\n")
-    (wf / "Snakefile").write_text('configfile: "config.yaml"\n' + _snakefile_block() + textwrap.dedent("""
-
-        rule slow:
-            output: "out.txt"
-            params: ready="ready.txt"
-            log: "logs/slow.log"
-            script: "workflow/scripts/slow.py"
-        """))
+    wf = _one_rule_workflow(tmp_path, "slow", SLOW, "out.txt", 'ready="ready.txt"')
     stale = wf / "results" / "inputs" / ".fp32.pt.k3j9x0qa.tmp"  # what a kill -9 mid-write leaves
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"\0" * 1000)

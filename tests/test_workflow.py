@@ -91,6 +91,18 @@ def test_a_config_error_reaches_the_user_through_snakemake(tmp_path, edit, key):
 
 
 @pytest.mark.workflow
+def test_a_yaml_error_in_config_yaml_names_its_line_and_column(tmp_path):
+    """Snakemake's own message for a broken config.yaml named neither; the Snakefile reads it first."""
+    wf = copy_workflow(tmp_path, tiny_config())
+    lines = (wf / "config.yaml").read_text().splitlines()
+    lines[0] = "seed: [1, 2"  # an unclosed bracket on line 1
+    (wf / "config.yaml").write_text("\n".join(lines) + "\n")
+    proc = snakemake(wf, "-n", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config.yaml:" in out and "the construct began at 1:7" in out, out[-2000:]
+
+
+@pytest.mark.workflow
 def test_gpu_platforms_are_planned_from_a_host_without_a_gpu(tmp_path):
     cfg = tiny_config() | {"run_on": ["h100", "b200"], "targets": ["sm_90a", "sm_100a"]}
     cfg["platforms"]["b200"]["cluster"] = {"partition": "blackwell", "constraint": "b200", "runtime": 20, "mem_mb": 9000}
