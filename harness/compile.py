@@ -272,5 +272,5 @@ def compile_record(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: s
     rec["smem_dynamic_bytes"] = dynamic_smem_bytes(kernel)
     # over a block's limits the kernel compiles but can never launch: failed (unsupported is for declared
     # or recognised refusals only), so a GPU run neither checks nor times it
-    why = resource_check(arch, rec, tile.threads) or instruction_check(variant, arch, rec, source)
+    why = "; ".join(filter(None, [instruction_check(variant, arch, rec, source), resource_check(arch, rec, tile.threads)]))
     return rec | {"status": "failed" if why else "ok", "reason": why}

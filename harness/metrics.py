@@ -38,3 +38,14 @@ def error_metrics(out: torch.Tensor, ref: torch.Tensor, prefix: str) -> dict[str
         f"{prefix}_max_abs": float((o - ref.double()).abs().max()) if o.numel() else 0.0,
         f"{prefix}_finite": finite,
     }
+
+
+# The error metrics a result can be gated on (a config tolerance each: variants.<name>.tolerance)
+TOLERANCE_KEYS = ("total_rel_fro", "total_calc_diff", "kernel_rel_fro", "kernel_calc_diff")
+
+
+def gated_metrics(variant) -> tuple[str, ...]:
+    """The metrics a variant's results are judged by, each of which needs a tolerance (a metric without
+    one passes any error): all of them; for an integer GEMM (``exact_reference``), whose product is checked
+    bit for bit and whose total error is its format's (reported, not gated), the kernel error only."""
+    return ("kernel_rel_fro",) if variant.exact_reference is not None else TOLERANCE_KEYS

@@ -17,6 +17,7 @@ import jsonschema
 import yaml
 
 from harness.device import detect_gpu, matching_platforms
+from harness.metrics import gated_metrics
 from kernels.registry import FORMATS, VARIANTS, load_all, tile_problem, unchecked_targets
 from kernels.smem import kernel_smem_bytes
 from kernels.tiles import LIBRARY, SHAPE_BOUNDS, parse_shape, parse_tile, shape_class, smem_problem
@@ -224,28 +225,18 @@ def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True
     return cfg
 
 
-# The error metrics each family is judged by (harness/runner.py judge: a key absent from a tolerance is not
-# gated, so an entry without one would pass whatever its error). int4's integer product is checked bit for
-# bit (exact) and its total error is the format's, reported but not gated (config.yaml): kernel only.
-TOLERANCE_KEYS = ("total_rel_fro", "total_calc_diff", "kernel_rel_fro", "kernel_calc_diff")
-FAMILY_TOLERANCES = {"fp8": TOLERANCE_KEYS, "blockscaled": TOLERANCE_KEYS, "dequant": TOLERANCE_KEYS,
-                     "baseline": TOLERANCE_KEYS, "int4": ("kernel_rel_fro",)}
-
-
 def check_tolerance(name: str, vcfg: dict, variant) -> None:
-    """Exactly the tolerances the entry's family is judged by (values: the schema's positive numbers)."""
-    wanted = FAMILY_TOLERANCES.get(variant.family)
-    if wanted is None:
-        raise ConfigError(f"variants.{name}.tolerance: family {variant.family!r} has no tolerance keys; add it to "
-                          "harness/plan.py FAMILY_TOLERANCES")
+    """Exactly the tolerances the entry is judged by (harness/metrics.py gated_metrics; values: the schema's
+    positive numbers): a missing one would switch its gating off."""
+    wanted = gated_metrics(variant)
     given = vcfg["tolerance"]
     for key in wanted:
         if key not in given:
-            raise ConfigError(f"variants.{name}.tolerance.{key}: missing; {variant.family} results are gated on "
+            raise ConfigError(f"variants.{name}.tolerance.{key}: missing; {name} results are gated on "
                               f"{', '.join(wanted)} (a metric without a tolerance would pass any error)")
     for key in given:
         if key not in wanted:
-            raise ConfigError(f"variants.{name}.tolerance.{key}: not a metric {variant.family} results are gated on "
+            raise ConfigError(f"variants.{name}.tolerance.{key}: not a metric {name} results are gated on "
                               f"(only {', '.join(wanted)}); remove it")
 
 

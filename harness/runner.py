@@ -18,12 +18,10 @@ import torch
 
 from harness import bench, power
 from harness import compile as kcompile
-from harness.metrics import error_metrics
+from harness.metrics import TOLERANCE_KEYS, error_metrics
 from harness.stats import StoppingRule
 from kernels.registry import Operands, Unsupported, Variant, get_format
 from kernels.tiles import EMULATED, LIBRARY, Tile
-
-TOLERANCE_KEYS = ("total_rel_fro", "total_calc_diff", "kernel_rel_fro", "kernel_calc_diff")
 
 
 def judge(metrics: dict, tolerance: dict) -> list[str]:

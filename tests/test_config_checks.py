@@ -9,8 +9,8 @@ import yaml
 from conftest import REPO, tiny_config
 
 from harness import compile as kcompile
+from harness.metrics import TOLERANCE_KEYS, gated_metrics
 from harness.plan import (
-    FAMILY_TOLERANCES,
     ConfigError,
     Plan,
     emulation_peak_bytes,
@@ -226,15 +226,18 @@ def test_resource_check_reads_a_record():
     ("int4_mma", {}, "variants.int4_mma.tolerance.kernel_rel_fro: missing"),
     ("fp8_e5m2", FP8_TOL | {"total_rel_fro": 0}, "variants.fp8_e5m2.tolerance.total_rel_fro: 0 is less than or equal"),
 ])
-def test_every_entry_has_the_tolerances_of_its_family(entry, tolerance, key):
+def test_every_entry_has_a_tolerance_for_each_metric_it_is_gated_on(entry, tolerance, key):
     cfg = default_config()
     cfg["variants"][entry]["tolerance"] = tolerance
     assert key in refused(cfg)
 
 
-def test_family_tolerances_cover_every_family():
+def test_an_integer_gemm_is_gated_on_its_kernel_error_only():
+    """Its product is checked bit for bit; its total error is its format's (reported, not gated)."""
     load_all()
-    assert {v.family for v in VARIANTS.values()} <= set(FAMILY_TOLERANCES)
+    for v in VARIANTS.values():
+        assert gated_metrics(v) == (("kernel_rel_fro",) if v.exact_reference else TOLERANCE_KEYS), v.name
+    assert gated_metrics(get_variant("int4_ws")) == ("kernel_rel_fro",)
 
 
 # ---------------------------------------------------------------- 5. compare_with: existing result sets only
