@@ -57,65 +57,65 @@ def fix_for(path: str | os.PathLike) -> str:
 
 # ---------------------------------------------------------------- shapes
 
-# A shape is: a type or tuple of types (the value's type); {key: shape} (an object with those keys, a key
-# ending in "?" optional, "*" every value of the object); [shape] (an array whose every element has it).
-_JSON_NAME = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
-              bool: "a boolean", type(None): "null"}
+# A shape, written compactly beside each reader: a type or tuple of types (the value's type); {key: shape}
+# (an object with those keys, a key ending in "?" optional, "*" every value of the object); [shape] (an
+# array whose every element has it). It is checked as the JSON Schema it stands for (jsonschema).
+_SCHEMA_TYPE = {dict: "object", list: "array", str: "string", int: "integer", float: "number", bool: "boolean",
+                type(None): "null"}
+_NAME = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
+         "number": "a number", "boolean": "a boolean", "null": "null"}
+_validators: dict[int, tuple[Any, Any]] = {}  # id(shape) -> (shape, its validator)
+
+
+def _schema(shape: Any) -> dict:
+    if isinstance(shape, Mapping):
+        keys = [k for k in shape if k != "*"]
+        schema = {"type": "object", "required": [k for k in keys if not k.endswith("?")],
+                  "properties": {k.removesuffix("?"): _schema(shape[k]) for k in keys}}
+        if "*" in shape:
+            schema["patternProperties"] = {"": _schema(shape["*"])}
+        return schema
+    if isinstance(shape, list):
+        return {"type": "array", "items": _schema(shape[0])}
+    return {"type": [_SCHEMA_TYPE[t] for t in (shape if isinstance(shape, tuple) else (shape,))]}
+
+
+def _validator(shape: Any):
+    if id(shape) not in _validators:
+        import jsonschema
+
+        _validators[id(shape)] = (shape, jsonschema.Draft202012Validator(_schema(shape)))
+    return _validators[id(shape)][1]
+
+
+def _expected(schema_type: str | list) -> str:
+    types = [schema_type] if isinstance(schema_type, str) else schema_type
+    return "a number" if set(types) == {"integer", "number"} else " or ".join(_NAME[t] for t in types)
 
 
 def _json_type(value: Any) -> str:
-    return _JSON_NAME.get(type(value), type(value).__name__)
+    return _NAME.get(_SCHEMA_TYPE.get(type(value), ""), type(value).__name__)
 
 
-def _expected(shape: Any) -> str:
-    if isinstance(shape, Mapping):
-        return "an object"
-    if isinstance(shape, list):
-        return "an array"
-    if shape == NUMBER:
-        return "a number"
-    types = shape if isinstance(shape, tuple) else (shape,)
-    return " or ".join(_JSON_NAME.get(t, t.__name__) for t in types)
-
-
-def _at(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
+def _key(where: str, path) -> str:
+    key = where
+    for part in path:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key
 
 
 def shape_problem(value: Any, shape: Any, where: str = "") -> str | None:
-    """What keeps ``value`` from having ``shape`` (the first thing found), or None."""
-    def wrong() -> str:
-        what = f"'{where}' is" if where else "the file holds"
-        return f"{what} {_json_type(value)}, expected {_expected(shape)}"
-
-    if isinstance(shape, Mapping):
-        if not isinstance(value, dict):
-            return wrong()
-        for key, sub in shape.items():
-            if key == "*":
-                for k, v in value.items():
-                    if (p := shape_problem(v, sub, _at(where, k))) is not None:
-                        return p
-                continue
-            name = key.removesuffix("?")
-            if name not in value:
-                if key.endswith("?"):
-                    continue
-                return f"key '{_at(where, name)}' is missing (expected {_expected(sub)})"
-            if (p := shape_problem(value[name], sub, _at(where, name))) is not None:
-                return p
+    """What keeps ``value`` from having ``shape`` (the first thing found), or None; ``where``: the key
+    path of ``value`` in its file."""
+    error = next(iter(_validator(shape).iter_errors(value)), None)
+    if error is None:
         return None
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return wrong()
-        for i, v in enumerate(value):
-            if (p := shape_problem(v, shape[0], f"{where}[{i}]")) is not None:
-                return p
-        return None
-    types = shape if isinstance(shape, tuple) else (shape,)
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        return wrong()
-    return None
+    at = _key(where, error.absolute_path)
+    if error.validator == "required":
+        missing = next(k for k in error.validator_value if k not in error.instance)
+        return f"key '{_key(at, [missing])}' is missing (expected {_expected(error.schema['properties'][missing]['type'])})"
+    what = f"'{at}' is" if at else "the file holds"
+    return f"{what} {_json_type(error.instance)}, expected {_expected(error.validator_value)}"
 
 
 # the files the pipeline reads (Snakefile header: results path grammar); only what readers rely on
