@@ -28,6 +28,7 @@ import sys as _sys
 
 from snakemake.exceptions import WorkflowError as _WorkflowError
 
+# plan with this checkout's kernels and harness, even where another checkout of lpgemm is installed
 _sys.path.insert(0, workflow.basedir)
 from harness.plan import ConfigError as _ConfigError, load_config_text as _load_config_text  # noqa: E402
 

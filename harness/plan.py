@@ -319,11 +319,17 @@ def reference_signature(folders: list[str], root: Path | str | None = None, also
             for d in folders for f in [*reference_files(root / d), *also(root / d)]}
 
 
+def published_points(folder: Path | str) -> list[str]:
+    """Every committed point file of a published folder (points/<family>/, one per family refresh)."""
+    root = Path(folder) / "points"
+    return sorted(str(p) for p in root.glob("*/**/*.json")) if root.is_dir() else []
+
+
 def reference_files(folder: Path | str) -> list[str]:
     """The files a report reads of a reference result set that exist now: its published points, else its
     collected tables; [] when it has neither."""
     folder = Path(folder)
-    points = sorted(str(p) for p in (folder / "points").glob("*/**/*.json")) if (folder / "points").is_dir() else []
+    points = published_points(folder)
     if points:
         return points
     tables = [folder / f for f in ("tidy.parquet", "compile_matrix.csv")]

@@ -168,6 +168,11 @@ def read_json(path: str | os.PathLike, shape: Any = None, *, fix: str | None = N
     return value
 
 
+def missing_status(path: str | os.PathLike, i: int, row: dict) -> DamagedFile:
+    """A run row without its status (the runner always gives one): no measurement, never a NaN status."""
+    return DamagedFile(path, f"wrong shape: key 'rows[{i}].status' is missing (tile {row.get('tile')})")
+
+
 def note(damaged: list | None, error: DamagedFile) -> None:
     """Record a damaged file the caller works around (the list a report or collect shows at its end)."""
     if damaged is not None and all(d.path != error.path for d in damaged):
@@ -241,8 +246,7 @@ def failure_lines(run_files: Iterable[str | os.PathLike], compile_files: Iterabl
         for i, r in enumerate(d["rows"]):
             status = r.get("status")
             if status == "failed" or not isinstance(status, str):
-                reason = (r.get("reason") or "") if status == "failed" else \
-                    str(DamagedFile(f, f"wrong shape: rows[{i}] has no status"))
+                reason = (r.get("reason") or "") if status == "failed" else str(missing_status(f, i, r))
                 rows.append(f"  {f} [{r.get('tile', '?')}]: {reason}" + (f"\n      log: {log}" if log else ""))
     records: list[str] = []
     for f in compile_files:

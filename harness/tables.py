@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from harness import sass
-from harness.records import CEILINGS, COMPILE, PROFILE_SUMMARY, PROVENANCE, RUN, DamagedFile, note, read_json
+from harness.records import CEILINGS, COMPILE, PROFILE_SUMMARY, PROVENANCE, RUN, DamagedFile, missing_status, note, read_json
 from kernels.registry import bytes_moved
 
 # the columns that identify a measurement (unique in a tidy table); everything else is a metric or a tag.
@@ -23,10 +23,6 @@ class DuplicateRows(ValueError):
     """Two run records claim the same measurement key."""
 
 
-# every JSON read here goes through harness.records.read_json; the old name stays for callers
-UnreadableRecord = DamagedFile
-
-
 def read_ceilings(path: str | Path | None, damaged: list | None = None) -> dict:
     """The library probes of a ceilings.json ({} for none). A damaged file is noted in ``damaged`` and
     counts as no probes when that list is given, else raised."""
@@ -39,12 +35,6 @@ def read_ceilings(path: str | Path | None, damaged: list | None = None) -> dict:
             raise
         note(damaged, e)
         return {}
-
-
-def _row_without_status(path: str, i: int, row: dict) -> dict:
-    # a row the runner always gives a status: without one it is no measurement, and must not read as NaN
-    e = DamagedFile(path, f"wrong shape: key 'rows[{i}].status' is missing (tile {row.get('tile')})")
-    return row | {"status": "failed", "reason": str(e) + (f" (its reason: {row['reason']})" if row.get("reason") else "")}
 
 
 def unreadable_run(path: str, error: DamagedFile, defaults: dict) -> dict:
@@ -84,9 +74,10 @@ def tidy_runs(run_files: list[str], ceilings_file: str | None = None, physical: 
         tol = {f"tol_{k}": v for k, v in d.get("tolerance", {}).items()}
         point = {k: v for k, v in d["point"].items() if k != "input_sha256"}
         for i, row in enumerate(d["rows"]):
-            if not isinstance(row.get("status"), str):
-                row = _row_without_status(str(f), i, row)
-                note(damaged, DamagedFile(f, f"wrong shape: key 'rows[{i}].status' is missing"))
+            if not isinstance(row.get("status"), str):  # failed, never a NaN status
+                e = missing_status(f, i, row)
+                row = row | {"status": "failed", "reason": str(e) + (f" (its reason: {row['reason']})" if row.get("reason") else "")}
+                note(damaged, e)
             records.append(point | d["env"] | tol | row | {"input_sha256": json.dumps(d["point"].get("input_sha256", {})),
                                                             "source_file": str(f), "point_set": point_set})
     df = pd.DataFrame.from_records(records)

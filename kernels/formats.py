@@ -84,9 +84,13 @@ def _first_bad(x: torch.Tensor, bad: torch.Tensor) -> str:
     return (f"{v:.8g}" if isinstance(v, float) else repr(v)) + f" at index {idx}" + (f" ({n} of {x.numel()} entries)" if n > 1 else "")
 
 
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    # torch has no isfinite, isnan or round for the fp8 dtypes; their float32 values say the same
+    return x if x.element_size() > 1 else x.float()
+
+
 def _finite_mask(x: torch.Tensor) -> torch.Tensor:
-    # torch has no isfinite for the fp8 dtypes; their float32 values say the same
-    return torch.isfinite(x if x.element_size() > 1 else x.float())
+    return torch.isfinite(_wide(x))
 
 
 def check_operand(x: torch.Tensor, who: str, operand: str | None = None, ndim: int | None = None) -> None:
@@ -253,7 +257,7 @@ def _check_no_nan(x: torch.Tensor, who: str) -> torch.Tensor:
     # a NaN has no nearest code: an encoder would give 0 or ±max for it silently
     x = _as_tensor(x, who, "x")
     if x.is_floating_point():
-        nan = torch.isnan(x if x.element_size() > 1 else x.float())
+        nan = torch.isnan(_wide(x))
         if bool(nan.any()):
             raise ValueError(f"{who}: x holds NaN, which has no code: {_first_bad(x, nan)}")
     elif x.dtype == torch.bool or x.is_complex():
@@ -292,7 +296,7 @@ def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
 def _refuse_fractions(t: torch.Tensor, what: str) -> None:
     """A floating tensor standing for integers: a fraction, NaN or Inf is refused, never truncated."""
     if t.is_floating_point():
-        f = t if t.element_size() > 1 else t.float()  # fp8 has no isfinite/round of its own
+        f = _wide(t)
         fractional = ~torch.isfinite(f) | (f != torch.round(f))
         if bool(fractional.any()):
             raise ValueError(f"{what}, got {_first_bad(t, fractional)}")

@@ -8,13 +8,12 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-REPO = Path(workflow.basedir)
-# plan with this checkout's kernels and harness, even where another checkout of lpgemm is installed
-sys.path.insert(0, str(REPO))
+REPO = Path(workflow.basedir)  # on sys.path first (the Snakefile puts it there)
 
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
-from harness.plan import ConfigError, Plan, UnplannedTarget, kind, reference_signature, sweep_record, validate  # noqa: E402
+from harness.plan import (  # noqa: E402
+    ConfigError, Plan, UnplannedTarget, kind, published_points, reference_signature, sweep_record, validate)
 from harness.records import failure_lines  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS  # noqa: E402
@@ -206,14 +205,9 @@ def report_params(result_dir, label, references):
 INPUT_SETS = PLAN.input_sets()
 
 
-def points_in(folder):
-    """Every committed point file of a published folder (points/<family>/, one per family refresh)."""
-    root = Path(folder) / "points"
-    return sorted(str(p) for p in root.glob("*/**/*.json")) if root.is_dir() else []
-
-
-def published_points(platform):
-    points = points_in(f"results/published/{platform}")
+def published_platform_points(platform):
+    """The committed points of results/published/<platform>, or an error saying how to publish some."""
+    points = published_points(f"results/published/{platform}")
     if not points:
         raise WorkflowError(f"results/published/{platform}/points: no published points; publish a family first, "
                             f"e.g. snakemake results/published/{platform}/points/{FAMILIES[0]}")

@@ -30,7 +30,7 @@ rule publish_family:
 
 rule collect_published:
     input:
-        points=lambda wc: published_points(wc.platform),
+        points=lambda wc: published_platform_points(wc.platform),
         code=script_code("collect.py"),
     output:
         csv="results/published/{platform}/tidy.csv",

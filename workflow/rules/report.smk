@@ -32,7 +32,7 @@ rule report:
 
 rule report_published:
     input:
-        points=lambda wc: published_points(wc.platform),
+        points=lambda wc: published_platform_points(wc.platform),
         profiles=lambda wc: profile_summaries(f"results/published/{wc.platform}"),
         code=script_code("report.py"),
     output:

@@ -138,7 +138,7 @@ def _holder(fd: int) -> str:
     return os.pread(fd, 1000, 0).decode(errors="replace").strip() or "a process that has not written its PID yet"
 
 
-def guard_checkout(workflow) -> None:
+def guard_checkout() -> None:
     """Called at parse time by the main snakemake process. One snakemake writes in a checkout at a time:
     a second one that would write (a run, -f, --rerun-incomplete, --unlock, --touch, --delete-all-output,
     --cleanup-metadata) is refused before it plans anything, naming the running one. Snakemake's own
@@ -148,7 +148,7 @@ def guard_checkout(workflow) -> None:
     onstart (hold_checkout), before any job is prepared, which is when snakemake deletes outputs."""
     mode = _invocation_mode()
     if mode == "write":
-        hold_checkout(workflow)
+        hold_checkout()
     elif mode == "read":
         fd = _open_lock()
         try:
@@ -168,7 +168,7 @@ def _open_lock() -> int:
     return os.open(INVOCATION_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
 
 
-def hold_checkout(workflow=None) -> None:
+def hold_checkout() -> None:
     """Take this checkout's invocation lock for the life of this process (once; again is a no-op), or
     raise CheckoutBusy naming the snakemake that holds it and what to do. Then remove what killed writers
     left half-written under results/ (no writer of this checkout is alive now)."""
@@ -267,7 +267,7 @@ def register_main(workflow) -> None:
     if main is False:
         return
     if main:
-        guard_checkout(workflow)
+        guard_checkout()
     ident = _identity()
     if ident is None:  # not Linux: no watching, behaviour as before
         return
