@@ -69,29 +69,54 @@ def setup(snakemake) -> Path:
 # ---------------------------------------------------------------- one writer per job
 
 
-def _lock_job(lock: Path, outputs: list[str]) -> None:
-    """Hold an exclusive lock on `lock` for the life of this process, or fail at once naming the holder.
-    flock is released by the kernel when its holder dies, however it dies, so a stale file never blocks
-    a rerun; the file stays (unlinking a lock file races with the next taker). Inherited by nothing that
-    execs (Python's descriptors are close-on-exec)."""
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+class _Held(Exception):
+    """Another live process holds the lock; ``holder``: what it wrote there."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+def _exclusive_lock(path: Path, guarding: str) -> int | None:
+    """An exclusive flock on ``path``, held for as long as the returned descriptor is open, stamped with this
+    process's PID and host (what a refused taker is told), or _Held naming the holder. flock is released by
+    the kernel when its holder dies, however it dies, so a stale file never blocks anyone; the file stays
+    (unlinking a lock file races with the next taker). Python's descriptors are close-on-exec: nothing a
+    job execs inherits it. None, with a warning, where the filesystem has no locks (``guarding``: what then
+    goes unguarded)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process that has not written its PID yet"
+        holder = _holder(fd)
         os.close(fd)
-        raise JobAlreadyRunning(
-            f"another process ({holder}) is already running this job and writing its outputs: {', '.join(outputs)}. "
-            f"Two writers would corrupt them; wait for that process to end or stop it, then rerun (lock: {lock})") from None
+        raise _Held(holder) from None
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-            print(f"lpgemm: warning: cannot lock {lock} ({e.strerror}); not guarding against a second writer", file=sys.stderr)
-            return
+            print(f"lpgemm: warning: cannot lock {path} ({e.strerror}); not guarding against {guarding}", file=sys.stderr)
+            return None
         raise
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"PID {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
-    _held_fds.append(fd)
+    os.pwrite(fd, f"PID {os.getpid()} on host {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+                  f"{' '.join(sys.argv)[:300]}\n".encode(), 0)
+    return fd
+
+
+def _holder(fd: int) -> str:
+    return os.pread(fd, 1000, 0).decode(errors="replace").strip() or "a process that has not written its PID yet"
+
+
+def _lock_job(lock: Path, outputs: list[str]) -> None:
+    """Hold the job's lock for the life of this process, or fail at once naming the process that holds it."""
+    try:
+        fd = _exclusive_lock(lock, "a second writer")
+    except _Held as e:
+        raise JobAlreadyRunning(
+            f"another process ({e.holder}) is already running this job and writing its outputs: {', '.join(outputs)}. "
+            f"Two writers would corrupt them; wait for that process to end or stop it, then rerun (lock: {lock})") from None
+    if fd is not None:
+        _held_fds.append(fd)
 
 
 # ---------------------------------------------------------------- one invocation per checkout
@@ -134,10 +159,6 @@ def _invocation_mode() -> str | None:
     return "read" if any(getattr(args, o, False) for o in READ_ONLY_OPTIONS) else "write"
 
 
-def _holder(fd: int) -> str:
-    return os.pread(fd, 1000, 0).decode(errors="replace").strip() or "a process that has not written its PID yet"
-
-
 def guard_checkout() -> None:
     """Called at parse time by the main snakemake process. One snakemake writes in a checkout at a time:
     a second one that would write (a run, -f, --rerun-incomplete, --unlock, --touch, --delete-all-output,
@@ -150,7 +171,8 @@ def guard_checkout() -> None:
     if mode == "write":
         hold_checkout()
     elif mode == "read":
-        fd = _open_lock()
+        INVOCATION_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(INVOCATION_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -163,44 +185,27 @@ def guard_checkout() -> None:
             os.close(fd)
 
 
-def _open_lock() -> int:
-    INVOCATION_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(INVOCATION_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-
-
 def hold_checkout() -> None:
     """Take this checkout's invocation lock for the life of this process (once; again is a no-op), or
     raise CheckoutBusy naming the snakemake that holds it and what to do. Then remove what killed writers
     left half-written under results/ (no writer of this checkout is alive now)."""
     if _checkout_lock:
         return
-    fd = _open_lock()
+    INVOCATION_LOCK.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _holder(fd)
-        os.close(fd)
-        if holder.startswith(f"PID {os.getpid()} "):  # this very process, parsing the workflow again
+        fd = _exclusive_lock(INVOCATION_LOCK, "a second snakemake in this checkout")
+    except _Held as e:
+        if e.holder.startswith(f"PID {os.getpid()} "):  # this very process, parsing the workflow again
             return
         raise CheckoutBusy(
-            f"another snakemake is running in this checkout ({holder}) and writing its results. Nothing was done "
+            f"another snakemake is running in this checkout ({e.holder}) and writing its results. Nothing was done "
             f"and nothing of it was touched. Wait for it to end, or stop it (kill -INT <its PID>; its jobs stop "
             f"with it), then run again; while it runs, only read-only options work (-n, --summary). Do not use "
             f"--unlock or --rerun-incomplete against a live run: snakemake would delete its outputs as "
             f"incomplete (lock: {INVOCATION_LOCK.resolve()})") from None
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-            print(f"lpgemm: warning: cannot lock {INVOCATION_LOCK} ({e.strerror}); not guarding against a second "
-                  f"snakemake in this checkout", file=sys.stderr)
-            return
-        raise
-    os.ftruncate(fd, 0)
-    started = time.strftime("%Y-%m-%d %H:%M:%S")
-    os.pwrite(fd, f"PID {os.getpid()} on host {socket.gethostname()}, started {started}: "
-                  f"{' '.join(sys.argv)[:300]}\n".encode(), 0)
-    _checkout_lock.append(fd)
-    remove_stale_temp_files(Path("results"))
+    if fd is not None:
+        _checkout_lock.append(fd)
+        remove_stale_temp_files(Path("results"))
 
 
 def remove_stale_temp_files(root: Path) -> list[Path]:
