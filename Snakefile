@@ -43,12 +43,10 @@ configfile: "config.yaml"
 
 # One snakemake writes in this checkout at a time (a second one is refused, naming the first), and no local
 # job outlives it or ignores its interrupt: export this process's identity to the jobs, which watch it, and
-# forward SIGINT to them (workflow/scripts/script_setup.py: register_main).
-import importlib.util as _ilu
+# forward SIGINT to them (harness/jobs.py: register_main).
+from harness.jobs import hold_checkout as _hold_checkout, register_main as _register_main  # noqa: E402
 
-_spec = _ilu.spec_from_file_location("lpgemm_script_setup", f"{workflow.basedir}/workflow/scripts/script_setup.py")
-_spec.loader.exec_module(_script_setup := _ilu.module_from_spec(_spec))
-_script_setup.register_main(workflow)
+_register_main(workflow)
 
 
 include: "workflow/rules/common.smk"
@@ -71,7 +69,7 @@ rule all:
 # started through the API (no command line for register_main to read): the checkout's invocation lock is
 # taken here, before any job is prepared (snakemake deletes a job's old outputs then)
 onstart:
-    _script_setup.hold_checkout()
+    _hold_checkout()
 
 
 # the end of every run lists each failed row with its log (common.smk: report_failures)

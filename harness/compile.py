@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
 import shutil
 import sys
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import sass
+from harness.atomic import atomic_path
 from kernels.registry import Unsupported, Variant, pass_configs_for
 from kernels.tiles import Tile, register_problem, smem_problem
 
@@ -189,10 +189,8 @@ def _ptx_file(code: str, target) -> Path:
 
 
 def _keep(source: Path, kept: Path) -> None:
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    partial = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
-    shutil.copyfile(source, partial)
-    os.replace(partial, kept)  # whole or absent, whoever reads it
+    with atomic_path(kept) as partial:  # whole or absent, whoever reads it
+        shutil.copyfile(source, partial)
 
 
 @functools.cache

@@ -68,7 +68,7 @@ def import_closure(modules: Iterable[str], repo: Path, scripts: Iterable[str | P
     ``repo``), the named modules and their parent packages' ``__init__.py`` included.
 
     A script's own folder is searched before ``repo``, as for a script run with its folder on
-    ``sys.path`` (a workflow script's ``from script_setup import setup``); the scripts themselves are not listed.
+    ``sys.path`` (a workflow script's ``import checkout_first``); the scripts themselves are not listed.
     Third-party and standard-library imports (nothing under ``repo``) are ignored; a named module
     that is not under ``repo`` is an error.
     """

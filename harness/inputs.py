@@ -11,11 +11,9 @@ depend on the chunk size or the number of threads.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from harness.atomic import atomic_path
 from harness.records import MANIFEST, MANIFEST_FORMAT, DamagedFile, read_json, recompute_command, shape_problem
 from kernels.registry import Operands
 
@@ -243,23 +242,12 @@ def _compact(t: torch.Tensor) -> torch.Tensor:
 
 
 def save_operands(ops: Operands, path: str | os.PathLike) -> dict:
-    """Write tensors to ``path`` atomically (a unique temp file in the same directory, then os.replace:
-    a reader sees the old file or the new one, never a part); returns the manifest of shapes, dtypes, sha256."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write tensors to ``path`` atomically (harness/atomic.py: a reader sees the old file or the new one,
+    never a part); returns the manifest of shapes, dtypes, sha256."""
     tensors = {k: _compact(v) for k, v in ops.items()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(tensors, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    # through a file object: saved by name, torch would name the archive inside after the temporary file
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(tensors, f)
     return manifest(tensors)
 
 

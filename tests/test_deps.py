@@ -17,7 +17,8 @@ def test_closure_of_dequant_reaches_what_it_imports_and_nothing_else():
 
 def test_closure_of_a_workflow_script_includes_its_sibling_modules_and_the_harness():
     deps = import_closure([], REPO, ["workflow/scripts/report.py"])
-    assert {"workflow/scripts/script_setup.py", "harness/tables.py", "kernels/registry.py"} <= set(deps)
+    assert {"workflow/scripts/checkout_first.py", "harness/jobs.py", "harness/atomic.py", "harness/tables.py",
+            "kernels/registry.py"} <= set(deps)
     assert "workflow/scripts/report.py" not in deps
 
 

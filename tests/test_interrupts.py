@@ -1,5 +1,5 @@
 """No job outlives or ignores the snakemake that scheduled it, no two processes write one job's outputs,
-and concurrent write_json calls never collide (workflow/scripts/script_setup.py)."""
+and concurrent write_json calls never collide (harness/jobs.py, harness/atomic.py)."""
 import json
 import os
 import signal
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import atomic, jobs
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "workflow" / "scripts"
 MAIN_ENV = "LPGEMM_SNAKEMAKE_MAIN"
@@ -20,8 +22,8 @@ BEAT = """\
 import os, subprocess, sys, time
 from pathlib import Path
 
-sys.path.insert(0, snakemake.scriptdir)
-from script_setup import setup
+import checkout_first
+from harness.jobs import setup
 
 setup(snakemake)
 child = subprocess.Popen(["sleep", "1000"])
@@ -84,10 +86,12 @@ def _snakefile_block() -> str:
 def _one_rule_workflow(root: Path, name: str, script: str, output: str, params: str) -> Path:
     """A workflow with the repo Snakefile's guard block and one rule running ``script`` (its job calls setup())."""
     (root / "workflow" / "scripts").mkdir(parents=True)
-    (root / "workflow" / "scripts" / "script_setup.py").symlink_to(SCRIPTS / "script_setup.py")
+    (root / "workflow" / "scripts" / "checkout_first.py").symlink_to(SCRIPTS / "checkout_first.py")
     (root / "workflow" / "scripts" / f"{name}.py").write_text(script)
     (root / "config.yaml").write_text("{}\n")
-    (root / "Snakefile").write_text('configfile: "config.yaml"\n' + _snakefile_block() + textwrap.dedent(f"""
+    # the repo's harness for the guard block (a job's checkout_first resolves its link to the repo too)
+    head = f'import sys\n\nsys.path.insert(0, {str(REPO)!r})\n\nconfigfile: "config.yaml"\n'
+    (root / "Snakefile").write_text(head + _snakefile_block() + textwrap.dedent(f"""
 
         rule {name}:
             output: "{output}"
@@ -148,8 +152,8 @@ def _fake_job(tmp_path: Path, body: str, env=None, **popen) -> subprocess.Popen:
         import sys, time
         from pathlib import Path
         from types import SimpleNamespace
-        sys.path.insert(0, {str(SCRIPTS)!r})
-        from script_setup import setup
+        sys.path.insert(0, {str(REPO)!r})
+        from harness.jobs import setup
         tmp = Path({str(tmp_path)!r})
         snakemake = SimpleNamespace(scriptdir={str(SCRIPTS)!r}, config={{}}, log=[str(tmp / "logs" / "job.log")],
                                     output=[str(tmp / "out" / "a.json"), str(tmp / "out" / "b.json")])
@@ -186,12 +190,7 @@ def test_job_watches_the_main_process_unless_a_cluster_job(tmp_path, cluster):
     main = subprocess.Popen(["sleep", "1000"])
     procs = [(main.pid, _start_time(main.pid))]
     try:
-        sys.path.insert(0, str(SCRIPTS))
-        try:
-            import script_setup
-        finally:
-            sys.path.remove(str(SCRIPTS))
-        ident = dict(script_setup._identity(), pid=main.pid, start=procs[0][1], slurm_job="")
+        ident = dict(jobs._identity(), pid=main.pid, start=procs[0][1], slurm_job="")
         env = _env(**{MAIN_ENV: json.dumps(ident)}, **({"SLURM_JOB_ID": "4242"} if cluster else {}))
         job = _fake_job(tmp_path, '(tmp / "ready").write_text("1")\ntime.sleep(60)\n', env=env)
         procs.append((job.pid, _start_time(job.pid)))
@@ -214,7 +213,7 @@ def test_job_watches_the_main_process_unless_a_cluster_job(tmp_path, cluster):
 WRITER = """\
 import sys
 sys.path.insert(0, sys.argv[1])
-from script_setup import write_json
+from harness.atomic import write_json
 me = sys.argv[3]
 for i in range(int(sys.argv[4])):
     write_json(sys.argv[2], {"writer": me, "i": i, "rows": [{"tile": f"t{j}", "value": j * 0.5} for j in range(400)]})
@@ -225,7 +224,7 @@ def test_concurrent_write_json_never_collides(tmp_path):
     """Two processes rewrite one file many times while it is read: every read is a complete record, no
     writer fails, and no temporary file is left."""
     out = tmp_path / "res" / "run.json"
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(SCRIPTS), str(out), name, "300"],
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(REPO), str(out), name, "300"],
                                 stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
     bad, reads = [], 0
     stop = threading.Event()
@@ -264,32 +263,18 @@ def test_concurrent_write_json_never_collides(tmp_path):
 
 def test_write_json_leaves_nothing_behind_on_error(tmp_path, monkeypatch):
     """A write that fails half-way (here the rename) keeps the old result and leaves no temporary file."""
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        from script_setup import write_json
-    finally:
-        sys.path.remove(str(SCRIPTS))
     out = tmp_path / "r.json"
-    write_json(out, {"ok": 1})
+    atomic.write_json(out, {"ok": 1})
 
     def no_space(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", no_space)
     with pytest.raises(OSError):
-        write_json(out, {"ok": 2})
+        atomic.write_json(out, {"ok": 2})
     monkeypatch.undo()
     assert json.loads(out.read_text()) == {"ok": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
-
-
-def _import_script_setup():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import script_setup
-    finally:
-        sys.path.remove(str(SCRIPTS))
-    return script_setup
 
 
 def test_a_killed_job_takes_its_subprocesses_with_it(tmp_path):
@@ -298,7 +283,7 @@ def test_a_killed_job_takes_its_subprocesses_with_it(tmp_path):
     main = subprocess.Popen(["sleep", "1000"])  # the stand-in snakemake stays alive throughout
     procs = [(main.pid, _start_time(main.pid))]
     try:
-        ident = dict(_import_script_setup()._identity(), pid=main.pid, start=procs[0][1], slurm_job="")
+        ident = dict(jobs._identity(), pid=main.pid, start=procs[0][1], slurm_job="")
         job = _fake_job(tmp_path, """\
             import subprocess
             child = subprocess.Popen(["sleep", "1000"])
@@ -320,18 +305,19 @@ def test_a_killed_job_takes_its_subprocesses_with_it(tmp_path):
 
 
 def test_stale_temporary_files_are_removed_and_live_ones_kept(tmp_path):
-    ss = _import_script_setup()
     root = tmp_path / "results"
     (root / "inputs" / "x").mkdir(parents=True)
-    stale = [root / "inputs" / "x" / ".fp32.pt.a1b2c3d4.tmp", root / ".tidy.csv.zz_09xyz.tmp",
-             root / "inputs" / "kernel.ptx.999999999.tmp"]  # no such PID
-    live = root / f"kernel.ptx.{os.getpid()}.tmp"
-    kept = [live, root / "inputs" / "x" / "fp32.pt", root / "notes.tmp", root / ".hidden.json"]
-    for f in stale + kept:
-        f.write_text("x")
-    assert sorted(ss.remove_stale_temp_files(root)) == sorted(stale)
-    assert all(f.exists() for f in kept) and not any(f.exists() for f in stale)
-    assert ss.remove_stale_temp_files(tmp_path / "absent") == []
+    with atomic.atomic_path(root / "kernel.ptx") as live:  # this process's, half-written
+        live.write_text("x")
+        stale = [root / "inputs" / "x" / ".fp32.pt.999999999.a1b2c3d4.tmp",  # no such PID
+                 root / ".tidy.csv.zz_09xyz.tmp", root / "inputs" / ".run.json.4ab_9c0d.tmp"]  # older: no PID
+        kept = [live, root / "inputs" / "x" / "fp32.pt", root / "notes.tmp", root / ".hidden.json",
+                root / "kernel.ptx.999999999.tmp"]
+        for f in stale + kept:
+            f.write_text("x")
+        assert sorted(jobs.remove_stale_temp_files(root)) == sorted(stale)
+        assert all(f.exists() for f in kept) and not any(f.exists() for f in stale)
+    assert jobs.remove_stale_temp_files(tmp_path / "absent") == []
 
 
 @pytest.mark.parametrize("argv, mode", [
@@ -340,15 +326,15 @@ def test_stale_temporary_files_are_removed_and_live_ones_kept(tmp_path):
     (["pytest", "-n", "2"], None)])
 def test_invocation_mode_is_read_from_snakemakes_own_command_line(monkeypatch, argv, mode):
     monkeypatch.setattr(sys, "argv", argv)
-    assert _import_script_setup()._invocation_mode() == mode
+    assert jobs._invocation_mode() == mode
 
 
 SLOW = """\
 import os, sys, time
 from pathlib import Path
 
-sys.path.insert(0, snakemake.scriptdir)
-from script_setup import setup
+import checkout_first
+from harness.jobs import setup
 
 setup(snakemake)
 Path(snakemake.output[0]).write_text("partial")  # a running job's output, half written
@@ -409,12 +395,11 @@ def test_a_second_snakemake_never_touches_a_running_ones_outputs(tmp_path):
 def test_a_record_deleted_while_its_job_runs_is_written_again(tmp_path, capsys):
     """A compile job writes a record per (target, tile); one deleted before the job ends used to fail the
     job, and snakemake then deleted every good sibling."""
-    ss = _import_script_setup()
     written = {str(tmp_path / f"{t}.json"): {"tile": t, "records": [{"status": "ok"}]} for t in ("a", "b", "c")}
     for path, obj in written.items():
-        ss.write_json(path, obj)
+        atomic.write_json(path, obj)
     Path(tmp_path / "b.json").unlink()
-    assert ss.restore_missing(written) == [str(tmp_path / "b.json")]
+    assert jobs.restore_missing(written) == [str(tmp_path / "b.json")]
     assert json.loads((tmp_path / "b.json").read_text()) == written[str(tmp_path / "b.json")]
     assert "deleted while this job ran" in capsys.readouterr().err
-    assert ss.restore_missing(written) == []
+    assert jobs.restore_missing(written) == []

@@ -1,6 +1,9 @@
 # Build one (distribution, shape) input set: float32 operands and every needed format, one file each,
 # with the sha256 of every tensor and of every file in the manifest.
-from script_setup import setup, write_json  # noqa: E402
+import checkout_first  # noqa: F401  (this checkout first on sys.path)
+
+from harness.atomic import write_json
+from harness.jobs import setup
 
 setup(snakemake)
 from pathlib import Path  # noqa: E402

@@ -1,7 +1,9 @@
 # Collect a platform's runs into one tidy table (CSV + parquet), its limits (roofs.csv) and the compile
 # matrix; for a published folder, the same from every family's points, with a table of the point sets
 # (when and at which commit each family was measured).
-from script_setup import setup  # noqa: E402
+import checkout_first  # noqa: F401  (this checkout first on sys.path)
+
+from harness.jobs import setup
 
 setup(snakemake)
 

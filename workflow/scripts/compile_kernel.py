@@ -1,5 +1,8 @@
 # Compile one variant: every (target, tile) at its shapes; record each outcome, never crash.
-from script_setup import restore_missing, setup, write_json  # noqa: E402
+import checkout_first  # noqa: F401  (this checkout first on sys.path)
+
+from harness.atomic import write_json
+from harness.jobs import restore_missing, setup
 
 setup(snakemake)
 from pathlib import Path  # noqa: E402

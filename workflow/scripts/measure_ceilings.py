@@ -1,5 +1,8 @@
 # Measure this GPU's ceilings in the same run as the kernels.
-from script_setup import gpu_lock, setup, write_json  # noqa: E402
+import checkout_first  # noqa: F401  (this checkout first on sys.path)
+
+from harness.atomic import write_json
+from harness.jobs import gpu_lock, setup
 
 setup(snakemake)
 from harness.ceilings import measure_ceilings  # noqa: E402

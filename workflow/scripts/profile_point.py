@@ -1,6 +1,9 @@
 # Profile one timed point with Nsight Compute on a node with its platform's GPU (harness/profile.py):
 # the .ncu-rep, its raw page as CSV, and the summary the report lists.
-from script_setup import gpu_lock, setup, write_json  # noqa: E402
+import checkout_first  # noqa: F401  (this checkout first on sys.path)
+
+from harness.atomic import write_json
+from harness.jobs import gpu_lock, setup
 
 repo = setup(snakemake)
 import os  # noqa: E402

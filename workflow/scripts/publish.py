@@ -1,7 +1,10 @@
 # Publish one family's points of a GPU platform's run: copy its run files, the ceilings and compile
 # records of the same run, and say where they come from (provenance.json). Snakemake empties the
 # output folder first, so a refresh replaces that family's points and nothing else.
-from script_setup import setup, write_json  # noqa: E402
+import checkout_first  # noqa: F401  (this checkout first on sys.path)
+
+from harness.atomic import write_json
+from harness.jobs import setup
 
 setup(snakemake)
 import shutil  # noqa: E402

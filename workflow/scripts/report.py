@@ -1,5 +1,7 @@
 # Render the comparison report (harness/report.py): one self-contained HTML file (figures embedded) plus the figures.
-from script_setup import setup
+import checkout_first  # noqa: F401  (this checkout first on sys.path)
+
+from harness.jobs import setup
 
 setup(snakemake)
 from pathlib import Path  # noqa: E402

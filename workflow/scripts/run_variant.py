@@ -1,7 +1,10 @@
 # Run one variant on one input set per shape: GPU (correctness, then timing) or CPU emulation (numerics
 # only). A shape that cannot be run (a corrupt input, a crash) gets failed rows with the reason; the
 # other shapes' results are still written.
-from script_setup import gpu_lock, restore_missing, setup, write_json  # noqa: E402
+import checkout_first  # noqa: F401  (this checkout first on sys.path)
+
+from harness.atomic import write_json
+from harness.jobs import gpu_lock, restore_missing, setup
 
 setup(snakemake)
 import traceback  # noqa: E402

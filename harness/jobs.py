@@ -1,5 +1,6 @@
-"""Shared start of every workflow script: import path, log redirection, one writer per job, and no job
-outliving the snakemake that scheduled it.
+"""The life of a workflow job: one writer per job, one snakemake writing per checkout, and no job
+outliving the snakemake that scheduled it. Every workflow script starts with ``setup`` (log, job lock,
+watchdog); the Snakefile calls ``register_main`` and ``hold_checkout``.
 
 How the local executor runs a `script:` job (Snakemake 9): a worker thread of the main snakemake process
 calls shell("python .snakemake/scripts/tmpXXXX.<name>.py"), a bash that execs the script, so the job is a
@@ -13,6 +14,9 @@ forwards an interrupt to them; setup() makes each job the leader of its own proc
 subprocesses, nvcc and ptxas, join it) and starts a watchdog thread that stops the whole group the moment
 that snakemake is gone. setup() also takes a per-job lock, so two processes never write one job's outputs
 (an orphan from before and its rerun after --unlock --rerun-incomplete).
+
+Results are written whole or not at all (harness/atomic.py); what writers killed mid-write leave behind is
+removed when the next run takes the checkout (remove_stale_temp_files).
 """
 from __future__ import annotations
 
@@ -21,15 +25,15 @@ import errno
 import fcntl
 import json
 import os
-import re
 import select
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from harness.atomic import TEMP_FILE, write_json
 
 # the main snakemake process's identity, exported to every job it starts (register_main)
 MAIN_ENV = "LPGEMM_SNAKEMAKE_MAIN"
@@ -44,11 +48,11 @@ class JobAlreadyRunning(RuntimeError):
 
 
 def setup(snakemake) -> Path:
-    """Put the repo on sys.path, make sure this is the only process running the job (lock next to its log),
-    send stdout/stderr (including C++ logs) to the rule's log, and stop the job (with its subprocesses) if
-    the snakemake that scheduled it goes away; return the repo root."""
+    """Make sure this is the only process running the job (lock next to its log), send stdout/stderr
+    (including C++ logs) to the rule's log, and stop the job (with its subprocesses) if the snakemake that
+    scheduled it goes away; return the repo root. (The script's ``import checkout_first``, before it,
+    put that root first on sys.path.)"""
     repo = Path(snakemake.scriptdir).resolve().parents[1]
-    sys.path.insert(0, str(repo))  # this checkout's kernels and harness, even where another checkout is installed
     # a project-local kernel cache (read by TileLang at import): warm reruns load instead of compiling
     os.environ["TILELANG_CACHE_DIR"] = str(repo / snakemake.config.get("tilelang_cache", ".cache/tilelang"))
     if snakemake.log:
@@ -128,9 +132,6 @@ INVOCATION_LOCK = Path(".snakemake") / "lpgemm-invocation.lock"
 READ_ONLY_OPTIONS = ("dryrun", "summary", "detailed_summary", "list_rules", "list_target_rules", "dag", "rulegraph",
                      "filegraph", "d3dag", "lint", "list_changes", "list_input_changes", "list_params_changes",
                      "list_untracked", "list_conda_envs", "print_compilation", "containerize", "export_cwl")
-# what our writers leave behind when killed mid-write: write_json's and harness.inputs' mkstemp files
-# (".<name>.<8 random>.tmp") and harness.compile's "<name>.<pid>.tmp"
-_TEMP_FILE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$|^.+\.(?P<pid>[0-9]+)\.tmp$")
 _checkout_lock: list[int] = []
 
 
@@ -210,13 +211,14 @@ def hold_checkout() -> None:
 
 def remove_stale_temp_files(root: Path) -> list[Path]:
     """Delete the temporary files that killed writers left under root (a kill -9 mid-write leaves a hidden
-    .tmp beside its target that no rerun would overwrite); a "<name>.<pid>.tmp" of a live process stays."""
+    temporary file beside its target that no rerun would overwrite: harness.atomic.TEMP_FILE); one whose
+    writer is still alive stays."""
     removed = []
     if not root.is_dir():
         return removed
     for folder, _, files in os.walk(root):
         for name in files:
-            m = _TEMP_FILE.match(name)
+            m = TEMP_FILE.match(name)
             if m is None or (m["pid"] and _proc_stat(int(m["pid"])) is not None):
                 continue
             path = Path(folder) / name
@@ -457,7 +459,7 @@ def _stop_job_tree(reason: str) -> None:
     os._exit(1)
 
 
-# ---------------------------------------------------------------- GPU and results
+# ---------------------------------------------------------------- the GPU, and records written again
 
 
 @contextlib.contextmanager
@@ -474,41 +476,6 @@ def gpu_lock():
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _umask() -> int:
-    for line in _read("/proc/self/status").splitlines():
-        if line.startswith("Umask:"):
-            return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_json(path, obj) -> None:
-    """Write atomically, so an interrupted job never leaves a half-written result behind, and concurrent
-    writers never share a temporary file: each writes its own, unique one beside path, then renames it."""
-    path = Path(str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(obj, indent=1, default=str)  # before any file exists: a failure here leaves nothing
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())  # mkstemp creates 0600
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # the rename itself survives a crash once its directory is synced
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def restore_missing(written: dict) -> list[str]:
