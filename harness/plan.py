@@ -18,7 +18,7 @@ import yaml
 
 from harness.device import detect_gpu, matching_platforms
 from harness.metrics import gated_metrics
-from kernels.registry import FORMATS, VARIANTS, load_all, tile_problem, unchecked_targets
+from kernels.registry import FORMATS, VARIANTS, load_all, registration_sites, tile_problem, unchecked_targets
 from kernels.smem import kernel_smem_bytes
 from kernels.tiles import LIBRARY, SHAPE_BOUNDS, parse_shape, parse_tile, shape_class, smem_problem
 
@@ -211,9 +211,8 @@ def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True
         check_tiles(cfg, name, impl, class_names)
         # a target nothing checks would compile "ok" whatever instructions it got (issue 9)
         for target in unchecked_targets(VARIANTS[impl], cfg["targets"]):
-            factory = getattr(VARIANTS[impl].kernel, "func", VARIANTS[impl].kernel)
-            source_file = factory.__module__.replace(".", "/")
-            raise ConfigError(f"variants.{name}: target {target} has no instruction check ({source_file}.py "
+            site = registration_sites()[impl].rpartition(":")[0]
+            raise ConfigError(f"variants.{name}: target {target} has no instruction check ({site} "
                               "Variant.sass and Variant.instructions) and no declared unsupported reason")
     check_targets(cfg)
     check_timing(cfg)

@@ -5,14 +5,15 @@
 - ``mxfp8_e4m3_b32`` (OCP MX v1.0): blocks of 32 along K for both operands, power-of-two E8M0 scales
   stored as uint8 codes (bias 127); shared exponent = ⌊log2 amax⌋ − 8 as the spec prescribes, so a
   block's largest values can exceed 448 after scaling and are clamped.
-- ``generic_g128``: the seed's form, SFA (M, K/128) and SFB (N, K/128) fp32, one scale per row per
+- ``generic_g128``: SFA (M, K/128) and SFB (N, K/128) fp32, one scale per row per
   128 K for both operands.
 torch's fp8 casts need not saturate, so every quantizer clamps to ±448 before the cast (``formats.saturate_fp8``).
-The quantizers accept any K; the kernels' K % 128 rule is ``kernels.blockscaled.kernel_shape_limit``.
+The quantizers accept any K; the kernels' K % 128 rule is each kernel's shape limit (``kernels.blockscaled_g128``,
+``kernels.blockscaled_sm100``).
 
 Formats only (quantizers, scale layouts the kernels and cuBLAS read, dequantize, their registration):
 this module imports no kernel, so that an inputs job, whose code inputs are the import closure of its
-formats' modules, does not rerun when a kernel (``kernels/blockscaled.py``, ``kernels/blockscaled_ws.py``,
+formats' modules, does not rerun when a kernel (``kernels/blockscaled_g128.py``, ``kernels/blockscaled_sm90.py``,
 ...) changes. ``kernels.blockscaled`` imports it.
 """
 from functools import partial
@@ -192,6 +193,6 @@ MXFP8_E4M3_B32 = _register_format(
 )
 GENERIC_G128 = _register_format(
     "generic_g128", partial(quantize_generic, g=PROMOTION_K), partial(dequantize_generic, g=PROMOTION_K),
-    ("A", "B", "SFA_t", "SFB_t"), "the seed's form: e4m3, one fp32 scale per row per 128 K for A and B (amax/448); "
+    ("A", "B", "SFA_t", "SFB_t"), "e4m3, one fp32 scale per row per 128 K for A and B (amax/448); "
     "SFA_t / SFB_t are the scales M- / N-major for TMA",
 )

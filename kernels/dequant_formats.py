@@ -18,7 +18,7 @@ An activation beyond bf16's range is refused (``formats.to_bf16``), never stored
 
 Formats only (quantize, dequantize, the decode the emulation and the torch baselines share, their
 registration): this module imports no kernel, so that an inputs job, whose code inputs are the import
-closure of its formats' modules, does not rerun when a kernel (``kernels/dequant.py``) changes.
+closure of its formats' modules, does not rerun when a kernel (``kernels/dequant_w4.py``) changes.
 ``kernels.dequant`` imports it and registers each format's variants.
 """
 from dataclasses import dataclass
@@ -205,8 +205,8 @@ def _register_w4(fmt: W4Format) -> W4Format:
 
 
 # ---------------------------------------------------------------------------------------------
-# tinygemm's format (``torch._weight_int4pack_mm``, bf16 only; the kernel is kernels.dequant's
-# tinygemm_w4_g128), as torch defines it: unsigned codes q in [0, 15] per 128 K with a bf16 scale s and
+# tinygemm's format (``torch._weight_int4pack_mm``, bf16 only: the variant tinygemm_w4_g128, launched
+# from kernels.peers), as torch defines it: unsigned codes q in [0, 15] per 128 K with a bf16 scale s and
 # a bf16 *value* zero z (not an integer code): w = (q - 8)·s + z. Its stored operands are tinygemm's
 # inputs before its layout change: the codes packed two per byte, element 2i in the *high* nibble (the
 # byte order ``torch._convert_weight_to_int4pack`` takes), and ``scale_and_zero`` (K/128, N, 2) bf16.

@@ -2,7 +2,7 @@
 
 Formats only (quantize, dequantize, their registration): this module imports no kernel, so that an
 inputs job, whose code inputs are the import closure of its formats' modules, does not rerun when a
-kernel (``kernels/fp8.py``, ``kernels/ws_gemm.py``, ...) changes. ``kernels.fp8`` imports it.
+kernel (``kernels/fp8_pipelined.py``, ``kernels/fp8_ws.py``, ...) changes. ``kernels.fp8`` imports it.
 """
 from functools import partial
 

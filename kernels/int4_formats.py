@@ -3,7 +3,7 @@
 
 Formats only (quantize, dequantize, their registration): this module imports no kernel, so that an
 inputs job, whose code inputs are the import closure of its formats' modules, does not rerun when a
-kernel (``kernels/int4.py``, ``kernels/int4_ws.py``, ...) changes. ``kernels.int4`` imports it.
+kernel (``kernels/int4_unpack_s8.py``, ``kernels/int4_ws.py``, ...) changes. ``kernels.int4`` imports it.
 """
 from collections.abc import Mapping
 from functools import partial

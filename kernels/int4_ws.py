@@ -30,22 +30,28 @@ packed byte j, column block_K/2 + j from its high nibble), the same for A and B,
 
 The epilogue shifts the accumulator, stages ``c_cols`` columns at a time in two alternating shared
 buffers and TMA-stores them (int32 rows are 4x the bytes of fp8's bf16, so a whole 64x256 block per
-warpgroup would not fit beside the rings). Grid, grouped raster and tile rules are ``ws_gemm``'s.
+warpgroup would not fit beside the rings). Grid, grouped raster, roles and tile rules are ``kernels.warp_specialized``'s.
 
-Like ``ws_gemm``, this module must not use ``from __future__ import annotations``.
+Like ``kernels.warp_specialized``, this module must not use ``from __future__ import annotations``.
 """
 import math
 
+from kernels.formats import check_gemm_shape
 from kernels.registry import Unsupported
 from kernels.tiles import Tile
-from kernels.ws_gemm import H200_SMS, ROWS_PER_CONSUMER, WARPGROUP, grouped_tile, ws_shape, ws_tile_problem
+from kernels.warp_specialized import (
+    DECODING_PRODUCER,
+    H200_SMS,
+    ROWS_PER_CONSUMER,
+    WARPGROUP,
+    Skeleton,
+    launch,
+    tile_problem,
+)
 
 # |(16a)·(16b)| <= 2^14 per term: the int32 accumulator of 256·C is exact while 2^14·K < 2^31
 MAX_EXACT_K = 1 << 17
 DECODERS = WARPGROUP - 32  # producer warps 1-3; warp 0 issues the TMA loads
-# setmaxnreg budgets: the decoders hold 16 packed + 8 decoded words and addresses; 56 + 2·224 <= 512
-PRODUCER_REGS = 56
-CONSUMER_REGS = {1: 240, 2: 224}
 DECODE_BATCH = 4  # decoder steps whose loads are issued together (16 registers of packed words)
 LOW_NIBBLES, HIGH_NIBBLES = 4, 0  # the left shift that puts a nibble in the top half of its byte
 
@@ -79,10 +85,11 @@ def int4_ws_smem_bytes(tile: Tile) -> int:
 
 
 def int4_ws_tile_problem(tile: Tile) -> str | None:
-    """Why the kernel cannot take ``tile``, or None: its own rules, then ``ws_gemm``'s with its shared memory."""
+    """Why the kernel cannot take ``tile``, or None: its own rules, then the skeleton's with its shared memory
+    and its decoding producer's registers."""
     if tile.promote or tile.swap_ab:
         return f"tile {tile.name}: int4_ws has no promotion (_p) or operand swap (_swapab); integer sums are exact"
-    return ws_tile_problem(tile, smem=int4_ws_smem_bytes(tile), regs=(PRODUCER_REGS, CONSUMER_REGS))
+    return tile_problem(tile, int4_ws_smem_bytes(tile), DECODING_PRODUCER)
 
 
 def int4_ws_shape_limit(M: int, N: int, K: int) -> str | None:
@@ -103,27 +110,23 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
     import tilelang.language as T
     from tilelang.layout import make_swizzled_layout
 
+    check_gemm_shape("int4_ws_kernel", M, N, K)
     if why := int4_ws_shape_limit(M, N, K):
         raise Unsupported(why)
     if why := int4_ws_tile_problem(tile):
         raise ValueError(why)
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
     P, D = packed_stages(tile), tile.num_stages  # packed ring, decoded ring
-    shape = ws_shape(M, N, K, tile, num_sms, smem=int4_ws_smem_bytes(tile))
-    consumers, grid, waves, k_blocks = shape.consumers, shape.grid, shape.waves, shape.k_blocks
-    m_blocks, n_blocks, tiles = shape.m_blocks, shape.n_blocks, shape.tiles
-    group_M = max(tile.swizzle, 1)
+    shape = launch(M, N, K, tile, int4_ws_smem_bytes(tile), DECODING_PRODUCER, num_sms)
+    ws = Skeleton(T, tile, shape, DECODING_PRODUCER, P)  # the producer's ring is the packed one
+    consumers, k_blocks = shape.consumers, shape.k_blocks
     rows = ROWS_PER_CONSUMER
-    consumer_warps = consumers * WARPGROUP // 32
+    consumer_warps = shape.consumer_warps
     Kw, bKw, half = K // 8, bK // 8, bK // 2  # packed words per row, per row of a block; half a block
     chunks = bKw // 4  # 16-byte chunks of a packed row of one block
     units = bN * chunks  # one decoder step: one chunk of one B row
     steps = -(-units // DECODERS)  # per decoder thread and K block
     cc = c_cols(tile)
-
-    @T.macro
-    def tile_coords(t, mb, nb):
-        mb[0], nb[0] = grouped_tile(t, m_blocks, n_blocks, group_M, minimum=T.min)
 
     @T.macro
     def decode_b(Bp, Bd, p, slot, thread, packed, dec, dec_bytes):
@@ -178,43 +181,74 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
                 T.barrier_arrive(decoded_free[prev])
 
     @T.macro
-    def consume(Ap, Bd, C_s, bars, C, acc, F0, F1, wg, pid):
-        T.inc_max_nreg(CONSUMER_REGS[consumers])
+    def stage_output(C_s, acc, C, mb, nb, part, wg):
+        for i, j in T.Parallel(rows, cc):
+            C_s[part % 2, i, j] = acc[i, part * cc + j] >> 8  # exact: acc = 256·C
+
+    @T.macro
+    def store_output(C_s, acc, C, mb, nb, part, wg):
+        col = nb[0] * bN + part * cc
+        T.tma_copy(C_s[part % 2, :, :], C[mb[0] * bM + wg * rows:mb[0] * bM + (wg + 1) * rows, col:col + cc])
+
+    @T.macro
+    def consume_tile(t, w, Ap, Bd, C_s, bars, C, acc, F0, F1, wg, lane, mb, nb, gi: T.Ref, prev: T.Ref):
+        for kp in T.serial(k_blocks // 2):
+            step(Ap, Bd, bars, acc, F0, kp == 0, kp > 0, gi, prev, lane)
+            prev = gi % D
+            gi = gi + 1
+            step(Ap, Bd, bars, acc, F1, False, True, gi, prev, lane)
+            prev = gi % D
+            gi = gi + 1
+        if k_blocks % 2:
+            step(Ap, Bd, bars, acc, F0, k_blocks == 1, k_blocks > 1, gi, prev, lane)
+            prev = gi % D
+            gi = gi + 1
+        T.wait_wgmma(0)
+        if lane == 0:
+            T.barrier_arrive(bars[3][prev])
+        T.warpgroup_fence_operand(acc, num_regs=rows * bN // WARPGROUP)
+        for part in range(bN // cc):
+            # the store before last must have read this buffer before it is overwritten
+            ws.store_tile(wg, 1, stage_output, store_output, C_s, acc, C, mb, nb, part, wg)
+
+    @T.macro
+    def consume(Ap, Bd, bars, C, C_s, acc, F0, F1, wg, pid):
         lane = T.get_thread_binding() % 32
         gi = T.alloc_var("int32", init=0)
         prev = T.alloc_var("int32", init=0)
         mb = T.alloc_local((1,), "int32")
         nb = T.alloc_local((1,), "int32")
-        for w in T.serial(waves):
-            t = w * grid + pid
-            if t < tiles:
-                tile_coords(t, mb, nb)
-                for kp in T.serial(k_blocks // 2):
-                    step(Ap, Bd, bars, acc, F0, kp == 0, kp > 0, gi, prev, lane)
-                    prev = gi % D
-                    gi = gi + 1
-                    step(Ap, Bd, bars, acc, F1, False, True, gi, prev, lane)
-                    prev = gi % D
-                    gi = gi + 1
-                if k_blocks % 2:
-                    step(Ap, Bd, bars, acc, F0, k_blocks == 1, k_blocks > 1, gi, prev, lane)
-                    prev = gi % D
-                    gi = gi + 1
-                T.wait_wgmma(0)
-                if lane == 0:
-                    T.barrier_arrive(bars[3][prev])
-                T.warpgroup_fence_operand(acc, num_regs=rows * bN // WARPGROUP)
-                for part in range(bN // cc):
-                    # the store before last must have read this buffer before it is overwritten
-                    T.tma_store_wait(1)
-                    T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
-                    for i, j in T.Parallel(rows, cc):
-                        C_s[part % 2, i, j] = acc[i, part * cc + j] >> 8  # exact: acc = 256·C
-                    T.fence_proxy_async()
-                    T.sync_threads(barrier_id=1 + wg, arrive_count=WARPGROUP)
-                    col = nb[0] * bN + part * cc
-                    T.tma_copy(C_s[part % 2, :, :], C[mb[0] * bM + wg * rows:mb[0] * bM + (wg + 1) * rows, col:col + cc])
+        ws.for_each_tile(pid, mb, nb, consume_tile, Ap, Bd, C_s, bars, C, acc, F0, F1, wg, lane, mb, nb, gi, prev)
         T.tma_store_wait(0)
+
+    @T.macro
+    def produce(A, B, Ap, Bp, Bd, bars, packed, dec, dec_bytes, pid):
+        # warp 0 loads the packed ring; warps 1-3 decode B from it into the decoded ring
+        loaded, packed_free, full, decoded_free = bars
+        tx = T.get_thread_binding()
+        gi = T.alloc_var("int32", init=0)
+        mb = T.alloc_local((1,), "int32")
+        nb = T.alloc_local((1,), "int32")
+        if tx < 32:
+            ws.load_ring(pid, A, B, Ap, Bp, loaded, packed_free, bKw, mb, nb, gi)
+        else:
+            for w in T.serial(shape.waves):
+                if w * shape.grid + pid < shape.tiles:
+                    for ki in T.serial(k_blocks):  # noqa: B007 (the K blocks are counted by gi)
+                        p, d = gi % P, gi % D
+                        T.barrier_wait(loaded[p], (gi // P) & 1)
+                        T.barrier_wait(decoded_free[d], ((gi // D) & 1) ^ 1)
+                        decode_b(Bp, Bd, p, d, tx - 32, packed, dec, dec_bytes)
+                        T.barrier_arrive(packed_free[p])
+                        T.fence_proxy_async()  # generic-proxy stores, read next by the wgmma (async proxy)
+                        T.barrier_arrive(full[d])
+                        gi = gi + 1
+
+    def consumer_buffers():
+        """One consumer warpgroup's own buffers (its packed A ring is allocated before them): two staged output
+        parts, the accumulator, and the two A fragments that alternate over K blocks."""
+        return (T.alloc_shared((2, rows, cc), "int32"), T.alloc_fragment((rows, bN), "int32"),
+                T.alloc_fragment((rows, bK), "int8"), T.alloc_fragment((rows, bK), "int8"))
 
     @T.prim_func
     def main(
@@ -222,24 +256,12 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
         B: T.Tensor((N, Kw), "int32"),
         C: T.Tensor((M, N), "int32"),
     ):
-        with T.Kernel(grid, threads=shape.threads) as pid:
-            Ap0 = T.alloc_shared((P, rows, bKw), "int32")
-            Bp = T.alloc_shared((P, bN, bKw), "int32")
-            Bd = T.alloc_shared((D, bN, bK), "int8")
-            C_s0 = T.alloc_shared((2, rows, cc), "int32")
-            acc0 = T.alloc_fragment((rows, bN), "int32")
-            F00 = T.alloc_fragment((rows, bK), "int8")
-            F01 = T.alloc_fragment((rows, bK), "int8")
-            layouts = {Ap0: make_swizzled_layout(Ap0), Bp: make_swizzled_layout(Bp)}
-            if consumers == 2:
-                Ap1 = T.alloc_shared((P, rows, bKw), "int32")
-                C_s1 = T.alloc_shared((2, rows, cc), "int32")
-                acc1 = T.alloc_fragment((rows, bN), "int32")
-                F10 = T.alloc_fragment((rows, bK), "int8")
-                F11 = T.alloc_fragment((rows, bK), "int8")
-                layouts[Ap1] = make_swizzled_layout(Ap1)
+        with T.Kernel(shape.grid, threads=shape.threads) as pid:
+            Ap, (Bp, Bd), own = ws.per_consumer(
+                lambda: T.alloc_shared((P, rows, bKw), "int32"),
+                lambda: (T.alloc_shared((P, bN, bKw), "int32"), T.alloc_shared((D, bN, bK), "int8")), consumer_buffers)
             # swizzled packed tiles: the consumers' row-strided word reads would otherwise hit 4-way bank conflicts
-            T.annotate_layout(layouts)
+            T.annotate_layout({buf: make_swizzled_layout(buf) for buf in (Ap[0], Bp, *Ap[1:])})
             packed = T.alloc_local((4 * DECODE_BATCH,), "int32")
             dec = T.alloc_local((8,), "int32")
             dec_bytes = T.view(dec, (32,), "int8")
@@ -252,46 +274,7 @@ def int4_ws_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H200_SMS):
             full = T.alloc_barrier([DECODERS] * D)
             decoded_free = T.alloc_barrier([consumer_warps] * D)
             bars = (loaded, packed_free, full, decoded_free)
-            tx = T.get_thread_binding()
-            T.sync_threads()
-            if tx < WARPGROUP:
-                T.dec_max_nreg(PRODUCER_REGS)
-                gi = T.alloc_var("int32", init=0)
-                mb = T.alloc_local((1,), "int32")
-                nb = T.alloc_local((1,), "int32")
-                if tx < 32:
-                    for w in T.serial(waves):
-                        t = w * grid + pid
-                        if t < tiles:
-                            tile_coords(t, mb, nb)
-                            for ki in T.serial(k_blocks):
-                                slot = gi % P
-                                T.barrier_wait(packed_free[slot], ((gi // P) & 1) ^ 1)
-                                T.tma_copy(A[mb[0] * bM:mb[0] * bM + rows, ki * bKw:(ki + 1) * bKw], Ap0[slot, :, :],
-                                           barrier=loaded[slot])
-                                if consumers == 2:
-                                    T.tma_copy(A[mb[0] * bM + rows:(mb[0] + 1) * bM, ki * bKw:(ki + 1) * bKw],
-                                               Ap1[slot, :, :], barrier=loaded[slot])
-                                T.tma_copy(B[nb[0] * bN:(nb[0] + 1) * bN, ki * bKw:(ki + 1) * bKw], Bp[slot, :, :],
-                                           barrier=loaded[slot])
-                                T.barrier_arrive(loaded[slot])
-                                gi = gi + 1
-                else:
-                    for w in T.serial(waves):
-                        if w * grid + pid < tiles:
-                            for ki in T.serial(k_blocks):  # noqa: B007 (the K blocks are counted by gi)
-                                p, d = gi % P, gi % D
-                                T.barrier_wait(loaded[p], (gi // P) & 1)
-                                T.barrier_wait(decoded_free[d], ((gi // D) & 1) ^ 1)
-                                decode_b(Bp, Bd, p, d, tx - 32, packed, dec, dec_bytes)
-                                T.barrier_arrive(packed_free[p])
-                                T.fence_proxy_async()  # generic-proxy stores, read next by the wgmma (async proxy)
-                                T.barrier_arrive(full[d])
-                                gi = gi + 1
-            elif tx < 2 * WARPGROUP:
-                consume(Ap0, Bd, C_s0, bars, C, acc0, F00, F01, 0, pid)
-            else:
-                if consumers == 2:
-                    consume(Ap1, Bd, C_s1, bars, C, acc1, F10, F11, 1, pid)
+            ws.dispatch(produce, consume, (A, B, Ap, Bp, Bd, bars, packed, dec, dec_bytes, pid),
+                        [(Ap[wg], Bd, bars, C, *own[wg], wg, pid) for wg in range(consumers)])
 
     return main

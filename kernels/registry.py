@@ -5,14 +5,23 @@ A *format* turns the unquantized float32 operands A (M,K) and B (N,K) into a var
 A *variant* is one GEMM implementation: a TileLang kernel (``kernel`` set) or a library baseline
 (``kernel`` None); each has a CPU emulation of its arithmetic, so every host gets its numerics.
 Family modules (``fp8``, ``int4``, ...) register theirs at import; ``load_all`` imports them.
+
+``python -m kernels.registry list`` names every variant, family and library peer; ``python -m
+kernels.registry describe <variant>`` says where each part of one variant is written (file:line) and
+which Snakemake rules and result files the config gives it.
 """
 from __future__ import annotations
 
+import argparse
+import ast
 import difflib
 import functools
 import importlib
+import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -109,6 +118,22 @@ def register_variant(v: Variant) -> Variant:
         raise ValueError(f"variant {v.name!r} registered twice")
     VARIANTS[v.name] = v
     return v
+
+
+def register(*, name: str, family: str, input_format: str, emulate: Callable, launch: Callable, **fields) -> Variant:
+    """Register one variant, given by keyword (``fields``: the other fields of ``Variant``), and return it.
+
+    The one way a family module registers: write ``name`` as a string literal at the call, so that
+    ``grep -rn '"<name>"' kernels/`` lands on it (tests/test_registry_cli.py checks)."""
+    return register_variant(Variant(name=name, family=family, input_format=input_format, emulate=emulate,
+                                    launch=launch, **fields))
+
+
+def refuse_shape(limit: Callable[[int, int, int], str | None], M: int, N: int, K: int, who: str | None = None) -> None:
+    """Raise ``limit``'s reason for (M, N, K) (after ``who``, when given) as Unsupported: a kernel factory
+    refusing what its variant's declared ``shape_limit`` rules out, so the two never drift apart."""
+    if reason := limit(M, N, K):
+        raise Unsupported(f"{who}: {reason}" if who else reason)
 
 
 def load_all() -> None:
@@ -211,3 +236,237 @@ def bytes_per_element(variant_name: str, K: int = 512) -> tuple[float, float, fl
     t2, _ = total(128, 64)
     t3, _ = total(64, 128)
     return (t2 - t1) / (64 * K), (t3 - t1) / (64 * K), float(out.element_size())
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m kernels.registry list | describe <variant>: where a variant's parts are written
+# ---------------------------------------------------------------------------------------------
+
+KERNELS = Path(__file__).resolve().parent
+REPO = KERNELS.parent
+# the Snakemake rules a config entry gets, as workflow/rules/{compile,run,inputs}.smk name them, and the
+# input file a build_inputs rule writes per format (tests/test_registry_cli.py holds them to those files)
+ENTRY_RULES = {"compile": "compile_{entry}", "sweep": "compile_{entry}_sweep", "run": "run_{entry}",
+               "emulate": "emulate_{entry}", "inputs": "build_inputs_{name}"}
+INPUT_FILE = "results/inputs/{dist}/{shape}/formats/{fmt}.pt"
+
+
+def _unwrap(fn) -> tuple[Callable, dict]:
+    """A callable without its functools.partial layers, and the keywords they bind."""
+    keywords: dict = {}
+    while hasattr(fn, "func"):
+        keywords = {**fn.keywords, **keywords}
+        fn = fn.func
+    return fn, keywords
+
+
+def _relative(path: Path | str) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def source_line(fn: Callable) -> str:
+    """``path:line`` (relative to the repository) where ``fn`` (partials unwrapped) is defined, then its name
+    and the keywords a partial binds, e.g. ``kernels/fp8_pipelined.py:22 fp8_pipelined_kernel(in_dtype='float8_e5m2')``."""
+    func, keywords = _unwrap(fn)
+    where = f"{_relative(inspect.getsourcefile(func))}:{inspect.getsourcelines(func)[1]}"
+    bound = ", ".join(f"{k}={getattr(v, 'name', v)!r}" for k, v in keywords.items())
+    return f"{where} {func.__qualname__}" + (f"({bound})" if bound else "")
+
+
+@functools.cache
+def registration_sites() -> dict[str, str]:
+    """Variant name -> ``path:line`` of the ``register(name="<variant>", ...)`` call that registers it, read
+    from kernels/*.py with ``ast`` (never run); the line of the name's literal, where grep finds it."""
+    sites = {}
+    for path in sorted(KERNELS.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            called = getattr(node, "func", None)
+            if not isinstance(node, ast.Call) or getattr(called, "id", getattr(called, "attr", None)) != "register":
+                continue
+            for kw in node.keywords:
+                value = kw.value.value if isinstance(kw.value, ast.NamedExpr) else kw.value
+                if kw.arg == "name" and isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    sites[value.value] = f"{_relative(path)}:{value.lineno}"
+    return sites
+
+
+def format_site(fmt: Format) -> str:
+    """``path:line`` of a format's name, written once as a literal in the module that defines its quantizer."""
+    path = Path(inspect.getsourcefile(_unwrap(fmt.quantize)[0]))
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if f'"{fmt.name}"' in line:
+            return f"{_relative(path)}:{number}"
+    return _relative(path)
+
+
+def kernel_module(v: Variant) -> str:
+    """The file of a variant's kernel factory, or "library peer"."""
+    return _relative(inspect.getsourcefile(_unwrap(v.kernel)[0])) if v.kernel is not None else "library peer"
+
+
+def braced(paths: list[str]) -> list[str]:
+    """``paths`` written shell-style, with braces where they differ (``results/cpu/x/{normal,student_t3}/a.json``;
+    bash expands each line back into its paths), in their order."""
+    def parts(p: str) -> tuple[str, ...]:
+        *folders, name = p.split("/")
+        stem, dot, ext = name.partition(".")
+        return (*folders, stem, *([dot + ext] if dot else []))
+
+    def render(rows: list[tuple[str, ...]]) -> list[str]:
+        children: dict[str, list[tuple[str, ...]]] = {}
+        for row in rows:
+            children.setdefault(row[0], []).append(row[1:])
+        alike: dict[tuple[str, ...], list[str]] = {}  # the heads whose subtrees read the same
+        for head, tails in children.items():
+            alike.setdefault(tuple(render([t for t in tails if t])), []).append(head)
+        out = []
+        for tails, heads in alike.items():
+            head = heads[0] if len(heads) == 1 else "{" + ",".join(heads) + "}"
+            out += [head + ("" if t.startswith(".") else "/") + t for t in tails] or [head]
+        return out
+
+    return render([parts(p) for p in dict.fromkeys(paths)])
+
+
+def _peer_line(role: str, name: str | None) -> list[str]:
+    if name is None:
+        return [f"{role:<17} none"]
+    peer = VARIANTS[name]
+    what = f"kernel {source_line(peer.kernel)}" if peer.kernel is not None else f"library peer, launch {source_line(peer.launch)}"
+    return [f"{role:<17} {name} ({what})"]
+
+
+def _entry_lines(v: Variant, plan) -> list[str]:
+    """The rules and result files of every config entry that runs ``v`` (``plan``: a harness.plan.Plan of
+    every platform that can be planned)."""
+    entries = [e for e in plan.entries if plan.impl(e).name == v.name]
+    if not entries:
+        return ["config entries    none: config.yaml's variants runs no entry of it"]
+    gpus = [p for p in plan.run_on if p != "cpu"]
+    lines = []
+    for e in entries:
+        rules: dict[str, list[str]] = {}
+        if plan.is_tilelang(e):
+            check = plan.compile_outputs("cpu", [e])
+            rules[ENTRY_RULES["compile"].format(entry=e)] = check
+            sweep = [r for p in gpus for r in plan.compile_outputs(p, [e]) if r not in check]
+            rules[ENTRY_RULES["sweep"].format(entry=e)] = sweep
+        rules[ENTRY_RULES["run"].format(entry=e)] = [r for p in gpus for r in plan.run_outputs(p, [e])]
+        rules[ENTRY_RULES["emulate"].format(entry=e)] = plan.run_outputs("cpu", [e])
+        shapes = set(plan.variant_shapes(e, "cpu")) | set(plan.variant_shapes(e, "gpu"))
+        for name, (formats, members) in plan.input_sets().items():
+            if v.input_format in formats and shapes & set(members):
+                rules[ENTRY_RULES["inputs"].format(name=name)] = [
+                    INPUT_FILE.format(dist=d, shape=s, fmt=v.input_format)
+                    for d in plan.variant_dists(e) for s in members if s in shapes]
+        lines.append(f"config entry      {e}" + (f" (uses {v.name})" if e != v.name else ""))
+        for rule, outputs in rules.items():
+            for i, path in enumerate(braced(outputs) or ["(none planned)"]):
+                lines.append(f"  {rule if i == 0 else '':<32} {path}")
+    return lines
+
+
+def describe(name: str, plan=None, unplanned: dict[str, str] | None = None) -> list[str]:
+    """What ``python -m kernels.registry describe <name>`` prints: where each part of the variant is written
+    (``path:line``), its input format and quantizer, its peers and, given ``plan`` and ``unplanned``
+    (``workflow_plan()``), the Snakemake rules and result files of every config entry that runs it."""
+    v = get_variant(name)
+    fmt = get_format(v.input_format)
+
+    def part(label: str, fn: Callable | None, missing: str = "none") -> str:
+        return f"{label:<17} {source_line(fn) if fn is not None else missing}"
+
+    lines = [
+        f"{v.name}: {v.description}",
+        f"{'family':<17} {v.family}",
+        f"{'registered':<17} {registration_sites().get(v.name, 'not by register(name=...) in kernels/')}",
+        part("kernel factory", v.kernel, "none: a library peer, timed through its launch"),
+        part("launch", v.launch),
+        part("prepare", v.prepare),
+        part("emulation", v.emulate),
+        part("exact reference", v.exact_reference),
+        part("shape limit", v.shape_limit),
+        part("tile check", v.tile_check, "the default: plain tiles only (the factory checks the rest)" if v.kernel is not None else "none"),
+        part("self checks", v.self_checks),
+        f"{'input format':<17} {fmt.name} {format_site(fmt)}",
+        part("quantizer", fmt.quantize),
+        *_peer_line("matched peer", v.baseline),
+        *_peer_line("second baseline", v.second_baseline),
+    ]
+    users = [f"{u.name} ({role})" for u in VARIANTS.values()
+             for role, peer in (("matched", u.baseline), ("second", u.second_baseline)) if peer == v.name]
+    lines.append(f"{'peer of':<17} {', '.join(users) or 'none'}")
+    if plan is not None:
+        lines += _entry_lines(v, plan)
+        lines += [f"{'not planned':<17} {p}: {why}" for p, why in (unplanned or {}).items()]
+    return lines
+
+
+def listing() -> list[str]:
+    """What ``python -m kernels.registry list`` prints: every variant (name, family, kernel module or
+    "library peer"), every family (its modules and variants) and every library peer (whom it serves)."""
+    load_all()
+    sites = registration_sites()
+    width = max(map(len, VARIANTS))
+    lines = [f"variants ({len(VARIANTS)}): name, family, kernel module"]
+    lines += [f"  {v.name:<{width}} {v.family:<12} {kernel_module(v)}" for v in VARIANTS.values()]
+    families: dict[str, list[Variant]] = {}
+    for v in VARIANTS.values():
+        families.setdefault(v.family, []).append(v)
+    lines.append(f"families ({len(families)}): registered in, variants")
+    for family, members in families.items():
+        homes = sorted({sites[v.name].rpartition(":")[0] for v in members if v.name in sites})
+        lines.append(f"  {family:<12} {', '.join(homes)}: {', '.join(v.name for v in members)}")
+    peers = [v for v in VARIANTS.values() if v.kernel is None]
+    lines.append(f"peers ({len(peers)}): library calls, launched from")
+    for v in peers:
+        users = [u.name for u in VARIANTS.values() if v.name in (u.baseline, u.second_baseline)]
+        lines.append(f"  {v.name:<{width}} {source_line(v.launch)}; peer of {', '.join(users) or 'none'}")
+    return lines
+
+
+def workflow_plan(config: Path | str = REPO / "config.yaml") -> tuple[object, dict[str, str]]:
+    """The config's plan (a harness.plan.Plan) over every platform that can be planned, whatever this host is,
+    and why any other cannot be. harness is imported here only, by importlib rather than an import statement:
+    harness.deps counts every import statement of a file as code its users run, and no job runs this CLI."""
+    plan = importlib.import_module("harness.plan")
+    ConfigError, Plan = plan.ConfigError, plan.Plan
+
+    cfg = plan.validate(plan.load_config_text(config), check_shapes=False)
+    platforms, unplanned = ["cpu"], {}
+    for p in cfg["platforms"]:
+        try:
+            Plan(dict(cfg, run_on=["cpu", p]))
+            platforms.append(p)
+        except ConfigError as e:
+            unplanned[p] = " ".join(str(e).split("\n")[1:]).strip()
+    return Plan(dict(cfg, run_on=platforms)), unplanned
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernels.registry", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="every variant, family and library peer")
+    one = sub.add_parser("describe", help="where a variant's parts are written, its rules and result files")
+    one.add_argument("variant")
+    one.add_argument("--config", default=str(REPO / "config.yaml"), help="the config whose entries to plan")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        print("\n".join(listing()))
+        return 0
+    try:
+        get_variant(args.variant)
+    except UnknownName as e:
+        print(e, file=sys.stderr)
+        return 2
+    print("\n".join(describe(args.variant, *workflow_plan(args.config))))
+    return 0
+
+
+if __name__ == "__main__":
+    # run as a script this file is __main__, a second copy: the tables the family modules fill are the
+    # imported module's, so its main runs
+    from kernels.registry import main as _main
+
+    sys.exit(_main())

@@ -18,7 +18,7 @@ def pipelined_smem_bytes(tile: Tile, per_stage: float) -> int:
 
 
 def _tn_smem(tile: Tile, operand_bytes: float, **_) -> int:
-    """fp8_kernel, int8_tilelang_kernel, int4_mma_kernel: A (block_M, block_K) and B (block_N, block_K) per stage."""
+    """fp8_pipelined_kernel, int8_tilelang_kernel, int4_mma_kernel: A (block_M, block_K) and B (block_N, block_K) per stage."""
     return pipelined_smem_bytes(tile, (tile.block_M + tile.block_N) * tile.block_K * operand_bytes)
 
 
@@ -42,8 +42,8 @@ def _dequant_smem(tile: Tile, fmt=None, **_) -> int:
     return pipelined_smem_bytes(tile, bM * bK * 2 + bN * bK // 2 + groups * bN * (scale + zeros))
 
 
-def _ws_smem(tile: Tile, **_) -> int:
-    from kernels.ws_gemm import smem_bytes
+def _fp8_ws_smem(tile: Tile, **_) -> int:
+    from kernels.fp8_ws import smem_bytes
 
     return smem_bytes(tile, 1, 2)
 
@@ -54,26 +54,25 @@ def _int4_ws_smem(tile: Tile, **_) -> int:
     return int4_ws_smem_bytes(tile)
 
 
-def _blockscaled_ws_smem(tile: Tile, **_) -> int:
-    from kernels.blockscaled_ws import blockscaled_ws_smem_bytes
+def _blockscaled_sm90_smem(tile: Tile, **_) -> int:
+    from kernels.blockscaled_sm90 import blockscaled_sm90_smem_bytes
 
-    return blockscaled_ws_smem_bytes(tile)
+    return blockscaled_sm90_smem_bytes(tile)
 
 
 # kernel factory (its __name__; registry.Variant.kernel, a functools.partial unwrapped) -> its rule; by
 # name, so that this module imports no family module (they import it)
 KERNEL_SMEM = {
-    "fp8_kernel": lambda tile, **kw: _tn_smem(tile, 1),
+    "fp8_pipelined_kernel": lambda tile, **kw: _tn_smem(tile, 1),
     "int8_tilelang_kernel": lambda tile, **kw: _tn_smem(tile, 1),
     "int4_mma_kernel": lambda tile, **kw: _tn_smem(tile, 0.5),
     "int4_unpack_s8_kernel": _int4_unpack_s8_smem,
     "blockscaled_g128_kernel": _blockscaled_pipelined_smem,
     "blockscaled_sm100_kernel": _blockscaled_pipelined_smem,
     "dequant_w4_kernel": _dequant_smem,
-    "fp8_ws_kernel": _ws_smem,
+    "fp8_ws_kernel": _fp8_ws_smem,
     "int4_ws_kernel": _int4_ws_smem,
-    "int4_ws_factory": _int4_ws_smem,  # kernels.int4: int4_ws_kernel behind its shape rule
-    "blockscaled_sm90_kernel": _blockscaled_ws_smem,
+    "blockscaled_sm90_kernel": _blockscaled_sm90_smem,
 }
 
 

@@ -1,4 +1,5 @@
-"""The TN GEMM mainloop shared by the plain fp8, int8 and int4 kernels: C = A·Bᵀ, A (M,K), B (N,K).
+"""The TN GEMM mainloop of the pipelined kernels (``fp8_pipelined``, ``int8_tilelang``, ``int4_mma``):
+C = A·Bᵀ, A (M,K), B (N,K).
 
 TMA-fed, software-pipelined ``T.gemm`` with ``transpose_B=True`` (the only layout TileLang lowers to
 ``wgmma`` on sm_90a); each kernel keeps its own signature, buffers and epilogue. Kernels using it

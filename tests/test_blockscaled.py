@@ -14,6 +14,7 @@ from harness.compile import UnsupportedTarget, build
 from harness.metrics import calc_diff, rel_fro
 from harness.runner import prepared
 from kernels import blockscaled as bs
+from kernels import blockscaled_formats as bsf
 from kernels.formats import E8M0_BIAS, e8m0_decode, expand_blocks, pack_e8m0_words
 from kernels.registry import FORMATS, VARIANTS, Unsupported
 from kernels.tiles import parse_tile
@@ -131,17 +132,17 @@ def test_mx_clamps_values_above_448_as_the_spec_scale_choice_implies():
     # amax 1.99: scale 2^(0-8), 1.99*256 = 509 > 448 -> clamped (an unclamped torch cast would give NaN)
     x = torch.zeros(1, 32)
     x[0, 0], x[0, 1] = 1.99, 0.5
-    q, codes = bs.quantize_mxfp8(x)
+    q, codes = bsf.quantize_mxfp8(x)
     assert codes.tolist() == [[127 - 8]]
     assert q.float()[0, 0] == 448 and q.float()[0, 1] == 128
-    a_hat, _ = bs.dequantize_mx({"A": q, "B": q, "SFA": codes, "SFB": codes})
+    a_hat, _ = bsf.dequantize_mx({"A": q, "B": q, "SFA": codes, "SFB": codes})
     assert a_hat[0, 0] == 1.75 and a_hat[0, 1] == 0.5
 
 
 def test_mx_roundtrip_error_bound():
     M, K = 64, 320  # K = 10 blocks of 32
     A = _uneven(M, K, 9, 1, 32)
-    q, codes = bs.quantize_mxfp8(A)
+    q, codes = bsf.quantize_mxfp8(A)
     assert codes.dtype == torch.uint8 and codes.shape == (M, 10)
     assert q.float().abs().max() <= 448
     s = expand_blocks(e8m0_decode(codes), 1, 32, M, K).double()
@@ -158,7 +159,7 @@ def test_tcgen05_cp_layout_of_e8m0_words():
     R, nblk = 200, 10  # 10 codes -> 3 words (the last padded with scale 1)
     codes = torch.randint(0, 255, (R, nblk), generator=_gen(10)).to(torch.uint8)
     words = pack_e8m0_words(codes)
-    lay = bs.utccp_scale_layout(words)
+    lay = bsf.utccp_scale_layout(words)
     assert lay.shape == (3, 256) and lay.is_contiguous()
     for k in range(3):
         for c in range(2):
@@ -174,7 +175,7 @@ def test_mx_format_operands():
     ops = FORMATS["mxfp8_e4m3_b32"].quantize(A, B)
     assert ops["SFA"].shape == (200, 8) and ops["SFB"].shape == (72, 8)
     assert ops["SFA_words"].shape == (2, 256) and ops["SFB_words"].shape == (2, 128)
-    assert torch.equal(ops["SFA_words"], bs.utccp_scale_layout(pack_e8m0_words(ops["SFA"])))
+    assert torch.equal(ops["SFA_words"], bsf.utccp_scale_layout(pack_e8m0_words(ops["SFA"])))
 
 
 # ---- emulation ---------------------------------------------------------------------------------
@@ -302,22 +303,23 @@ def test_cublas_launch_uses_the_scale_layouts_torch_checks(monkeypatch, M, K, pi
         return ref
 
     monkeypatch.setattr(torch, "_scaled_mm", fake_scaled_mm)
-    monkeypatch.setitem(bs._SCALE_B_ROW_PITCH, "multiple", 1)
     v = VARIANTS["cublas_blockwise_fp8"]
     run_ops = prepared(v, ops)  # the scale layouts are made here, once, outside the timed call
+    # where the two pitches torch builds ask for differ (K/128 not a multiple of 4), the prepare makes one
+    # untimed call to learn which this build takes; the operands carry the answer
+    probes = 1 if -(-K // 128) % 4 else 0
+    assert len(calls) == probes
     out = v.launch(None, run_ops)
     assert torch.equal(out, expected)
-    assert len(calls) == (2 if pitch == 4 else 1)  # a padded-pitch torch build costs one retry, once
-    if pitch == 4:
-        v.launch(None, run_ops)
-        assert len(calls) == 3
+    v.launch(None, run_ops)
+    assert len(calls) == probes + 2  # each timed call is one library call, no retry
 
 
 # ---- compile checks (local nvcc, no GPU) -------------------------------------------------------
 
 @pytest.mark.compile
 def test_g128_kernel_compiles_to_fp8_wgmma_with_promotion(kernels):
-    # blockscaled_sm90's warp-specialized kernel: tests/test_blockscaled_ws.py
+    # blockscaled_sm90's warp-specialized kernel: tests/test_blockscaled_sm90.py
     src = kernels("blockscaled_g128", "m128n128k128_s4_t256_wrow_z8", "sm_90a").source
     assert re.search(VARIANTS["blockscaled_g128"].instructions["sm_90a"], src)
     # a fresh partial sum per K block (scale-d 0 on the first wgmma) and a promotion FMA through the scales

@@ -1,4 +1,4 @@
-"""blockscaled_sm90's warp-specialized kernel (kernels/blockscaled_ws.py): its tile and shape rules, and
+"""blockscaled_sm90's warp-specialized kernel (kernels/blockscaled_sm90.py): its tile and shape rules, and
 what the cross-compiled kernel contains (no GPU needed). Its numerics are blockscaled_sm90's emulation
 (tests/test_blockscaled.py), which the GPU run compares the kernel with."""
 import re
@@ -6,10 +6,10 @@ import re
 import pytest
 
 from harness.compile import compile_record
-from kernels import blockscaled_ws as bw
+from kernels import blockscaled_sm90 as bw
 from kernels.registry import Unsupported, get_variant, tile_problem
 from kernels.tiles import parse_tile
-from kernels.ws_gemm import CONSUMER_REGS, HOPPER_SMEM_BYTES, PRODUCER_REGS
+from kernels.warp_specialized import SMEM_BYTES, TMA_PRODUCER
 
 V = get_variant("blockscaled_sm90")
 
@@ -31,9 +31,9 @@ def test_tiles_the_kernel_cannot_take_are_refused(tile, problem):
 def test_shared_memory_counts_the_ring_with_its_row_scales_and_the_output_block():
     t = parse_tile("m128n256k128_s3_t384_z16")
     ring, scales, out = 3 * (128 + 256) * 128, 3 * 128 * 4, 128 * 256 * 2
-    assert bw.blockscaled_ws_smem_bytes(t) == ring + scales + out <= HOPPER_SMEM_BYTES
+    assert bw.blockscaled_sm90_smem_bytes(t) == ring + scales + out <= SMEM_BYTES
     assert tile_problem(V, t) is None
-    assert bw.blockscaled_ws_smem_bytes(parse_tile("m128n256k128_s4_t384")) > HOPPER_SMEM_BYTES
+    assert bw.blockscaled_sm90_smem_bytes(parse_tile("m128n256k128_s4_t384")) > SMEM_BYTES
 
 
 def test_the_tma_store_needs_n_divisible_by_8():
@@ -57,7 +57,7 @@ def one_consumer(kernels):
 
 def _check_common(rec, src, sass, tile, wgmma_n):
     assert rec["status"] == "ok", rec.get("reason")
-    assert rec["smem_dynamic_bytes"] == bw.blockscaled_ws_smem_bytes(parse_tile(tile))
+    assert rec["smem_dynamic_bytes"] == bw.blockscaled_sm90_smem_bytes(parse_tile(tile))
     assert rec["sass_local_loads"] == rec["sass_local_stores"] == 0
     assert set(rec["sass_mma"]) == {f"QGMMA.64x{wgmma_n}x32.F32.E4M3.E4M3"}
     # A and B from the ring, a fresh partial per K block, drained before its promotion
@@ -67,14 +67,14 @@ def _check_common(rec, src, sass, tile, wgmma_n):
     # (the serialization a partial read under wait_group 1 caused, C7514)
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") * 4 <= len(re.findall(r"\bQGMMA\b", sass))
     assert "tma_store" in src and "SFA_t_desc" in src  # A's row scales come through the TMA ring
-    assert f"warpgroup_reg_dealloc<{PRODUCER_REGS}>" in src
+    assert f"warpgroup_reg_dealloc<{TMA_PRODUCER.producer}>" in src
 
 
 @pytest.mark.compile
 def test_two_consumers_take_turns_and_promote_both_halves(two_halves):
     rec, src, sass = two_halves
     _check_common(rec, src, sass, "m128n256k128_s3_t384_z16", 128)
-    assert f"warpgroup_reg_alloc<{CONSUMER_REGS[2]}>" in src
+    assert f"warpgroup_reg_alloc<{TMA_PRODUCER.consumer[2]}>" in src
     # full: the 128 producer threads; empty: lane 0 of each of the 8 consumer warps
     assert "full[0].init(128);" in src and "empty[0].init(8);" in src and "full[3].init" not in src
     # the turn-taking named barriers, for both warpgroups
@@ -89,7 +89,7 @@ def test_two_consumers_take_turns_and_promote_both_halves(two_halves):
 def test_one_consumer_needs_no_turns(one_consumer):
     rec, src, sass = one_consumer
     _check_common(rec, src, sass, "m64n64k128_s8_t256", 64)
-    assert f"warpgroup_reg_alloc<{CONSUMER_REGS[1]}>" in src and "empty[0].init(4);" in src
+    assert f"warpgroup_reg_alloc<{TMA_PRODUCER.consumer[1]}>" in src and "empty[0].init(4);" in src
     assert "__named_barrier_arrive" not in src
 
 

@@ -167,12 +167,12 @@ def test_shared_memory_estimates_match_the_compiled_kernels():
 
 
 def test_ws_register_budgets_must_fit_the_register_file(monkeypatch):
-    from kernels import ws_gemm
+    from kernels import warp_specialized as ws
 
     tile = parse_tile("m128n256k128_s3_t384_z16")
-    assert ws_gemm.ws_tile_problem(tile) is None
-    problem = ws_gemm.ws_tile_problem(tile, regs=(40, {1: 240, 2: 240}))
-    assert "setmaxnreg budgets 40 + 2 x 240" in problem and "65536" in problem
+    assert ws.tile_problem(tile, 0) is None
+    problem = ws.tile_problem(tile, 0, ws.RegisterBudget("too generous", 40, {1: 240, 2: 240}))
+    assert "setmaxnreg budgets 40 + 2 x 240" in problem and "65536" in problem and "too generous" in problem
 
 
 class FakeKernel:

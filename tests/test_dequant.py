@@ -14,11 +14,14 @@ import kernels.baselines  # noqa: F401  (registers cublas_bf16)
 from harness.metrics import rel_fro
 from harness.runner import prepared
 from kernels import dequant as dq
+from kernels import dequant_formats as dqf
+from kernels import dequant_w4 as dqw
+from kernels import peers
 from kernels.formats import unpack_int4
 from kernels.registry import FORMATS, VARIANTS
 from kernels.tiles import parse_tile
 
-FORMAT_NAMES = list(dq.W4_FORMATS)
+FORMAT_NAMES = list(dqf.W4_FORMATS)
 
 
 def _inputs(M=16, N=256, K=512, seed=0):
@@ -31,7 +34,7 @@ def _inputs(M=16, N=256, K=512, seed=0):
 
 @pytest.mark.parametrize("name", FORMAT_NAMES)
 def test_quantize_layout_and_determinism(name):
-    fmt = dq.W4_FORMATS[name]
+    fmt = dqf.W4_FORMATS[name]
     A, B = _inputs()
     ops = FORMATS[name].quantize(A, B)
     again = FORMATS[name].quantize(A, B)
@@ -49,12 +52,12 @@ def test_quantize_layout_and_determinism(name):
 @pytest.mark.parametrize("name", FORMAT_NAMES)
 def test_quantize_error_bounds(name):
     """Elementwise: half a quantization step (int) or a quarter of the value (e2m1) per group scale."""
-    fmt = dq.W4_FORMATS[name]
+    fmt = dqf.W4_FORMATS[name]
     _, B = _inputs(N=128, K=1024, seed=1)
-    ops = dq.quantize_weight(B, fmt)
-    w = dq.dequantize_weight(ops, fmt)
+    ops = dqf.quantize_weight(B, fmt)
+    w = dqf.dequantize_weight(ops, fmt)
     err = (w - B.double()).abs()
-    s = dq.weight_scales(ops, fmt).double()
+    s = dqf.weight_scales(ops, fmt).double()
     if fmt.codes == "int4":
         assert bool((err <= 0.5 * s * (1 + 1e-6)).all())
     elif fmt.codes == "uint4_zp":  # the top code can clamp by a rounding of the scale
@@ -67,22 +70,22 @@ def test_quantize_error_bounds(name):
 
 @pytest.mark.parametrize("name", FORMAT_NAMES)
 def test_quantize_zero_group_and_bad_k(name):
-    fmt = dq.W4_FORMATS[name]
+    fmt = dqf.W4_FORMATS[name]
     B = torch.zeros(2, 2 * fmt.group)
     B[1, : fmt.group] = torch.linspace(-1, 1, fmt.group)
-    ops = dq.quantize_weight(B, fmt)
-    w = dq.dequantize_weight(ops, fmt)
+    ops = dqf.quantize_weight(B, fmt)
+    w = dqf.dequantize_weight(ops, fmt)
     assert not w[0].any() and not w[1, fmt.group:].any()
     assert bool(torch.isfinite(w).all())
     with pytest.raises(ValueError):
-        dq.quantize_weight(torch.zeros(2, fmt.group + 2), fmt)
+        dqf.quantize_weight(torch.zeros(2, fmt.group + 2), fmt)
 
 
 def test_int4_sym_scale_and_values():
-    fmt = dq.W4_FORMATS["w4_int4_sym_g128"]
+    fmt = dqf.W4_FORMATS["w4_int4_sym_g128"]
     B = torch.zeros(1, 128)
     B[0, :3] = torch.tensor([7.0, -3.5, 1.0])  # scale 1: q = 7, -4 (half to even), 1
-    ops = dq.quantize_weight(B, fmt)
+    ops = dqf.quantize_weight(B, fmt)
     assert float(ops["scales"][0, 0]) == 1.0
     assert unpack_int4(ops["B"])[0, :4].tolist() == [7, -4, 1, 0]
 
@@ -105,11 +108,11 @@ def test_emulation_is_bf16_level_vs_float64_of_dequantized(name, M):
 
 @pytest.mark.parametrize("name", FORMAT_NAMES)
 def test_decoded_weight_is_one_bf16_rounding_of_value_times_scale(name):
-    fmt = dq.W4_FORMATS[name]
+    fmt = dqf.W4_FORMATS[name]
     _, B = _inputs(N=64, K=256, seed=2)
-    ops = dq.quantize_weight(B, fmt)
-    w = dq.decode_weight_bf16(ops, fmt)
-    exact = dq.dequantize_weight(ops, fmt)  # value·scale is exact in float32, so this rounds once
+    ops = dqf.quantize_weight(B, fmt)
+    w = dqf.decode_weight_bf16(ops, fmt)
+    exact = dqf.dequantize_weight(ops, fmt)  # value·scale is exact in float32, so this rounds once
     assert torch.equal(w, exact.float().to(torch.bfloat16))
     if fmt.scale == "e8m0":  # power-of-two scales: decoding is exact
         assert torch.equal(w.double(), exact)
@@ -135,7 +138,7 @@ def test_tilelang_launch_passes_operands_in_kernel_order(name):
     v.launch(lambda *args: seen.append(args) or "out", ops)
     (args,) = seen
     assert len(args) == 4 and args[0] is ops["A"] and args[1] is ops["B"] and args[2] is ops["scales"]
-    if dq.W4_FORMATS[name].has_zeros:
+    if dqf.W4_FORMATS[name].has_zeros:
         assert args[3] is ops["zeros"]
     else:
         assert args[3].shape == (1,) and args[3].dtype == torch.bfloat16
@@ -158,11 +161,11 @@ RECOMMENDED = ["m16n64k256_s6_t128_wrow", "m64n64k256_s4_t128_wrow", "m128n64k12
 
 
 def test_check_tile_rejects_misfits():
-    fmt = dq.W4_FORMATS["w4_int4_sym_g128"]
-    for f in dq.W4_FORMATS.values():
+    fmt = dqf.W4_FORMATS["w4_int4_sym_g128"]
+    for f in dqf.W4_FORMATS.values():
         for name in RECOMMENDED:
             for K in (8192, 28672):
-                dq.check_tile(f, K, parse_tile(name))
+                dqw.check_dequant_w4_tile(f, K, parse_tile(name))
     for bad, K in [
         ("m16n64k256_s4_t128", 512),  # Square policy
         ("m16n64k256_s4_t256_wrow", 512),  # threads do not match 64 rows per warpgroup
@@ -171,7 +174,7 @@ def test_check_tile_rejects_misfits():
         ("m12n64k256_s4_t128_wrow", 512),  # wgmma N must be a multiple of 8
     ]:
         with pytest.raises(ValueError):
-            dq.check_tile(fmt, K, parse_tile(bad))
+            dqw.check_dequant_w4_tile(fmt, K, parse_tile(bad))
 
 
 # ---------------------------------------------------------------- the CUDA decoder on the host
@@ -183,7 +186,7 @@ DECODER_CONFIGS = [
     (2, 64, 32, 128, 0), (2, 32, 32, 64, 0), (3, 128, 32, 128, 0), (3, 32, 32, 64, 0),
     (0, 512, 128, 64, 1), (1, 256, 128, 64, 1), (2, 256, 32, 64, 1), (3, 512, 32, 64, 1),
 ]
-KIND_FORMAT = {f.kind: f for f in dq.W4_FORMATS.values()}
+KIND_FORMAT = {f.kind: f for f in dqf.W4_FORMATS.values()}
 
 HOST_HARNESS = r"""
 #include <cmath>
@@ -209,7 +212,7 @@ static uint32_t dq_host_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
   }
   return r;
 }
-@DECODER@
+#include "dequant_w4_decode.cuh"
 template <int KIND, int BK, int G, int BN, int SW>
 static int run() {
   constexpr int SG = BK >= G ? BK / G : 1;
@@ -240,10 +243,12 @@ def host_decoder(tmp_path_factory):
         pytest.skip("g++ not available: the CUDA decoder cannot be run on the host")
     cases = "\n".join(f"    case {i}: return run<{k}, {bk}, {g}, {bn}, {sw}>();"
                       for i, (k, bk, g, bn, sw) in enumerate(DECODER_CONFIGS))
-    src = HOST_HARNESS.replace("@DECODER@", dq.DECODE_CUDA_SOURCE).replace("@CASES@", cases)
+    src = HOST_HARNESS.replace("@CASES@", cases)
     d = tmp_path_factory.mktemp("decoder")
     (d / "harness.cpp").write_text(src)
-    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(d / "harness"), str(d / "harness.cpp")], check=True)
+    # the decoder file itself, the one the kernel's Python reads and pastes into the generated CUDA
+    include = str(dqw.DECODE_CUDA_FILE.parent)
+    subprocess.run([cxx, "-std=c++17", "-O1", "-I", include, "-o", str(d / "harness"), str(d / "harness.cpp")], check=True)
     return d / "harness"
 
 
@@ -258,7 +263,7 @@ def swizzled(packed: torch.Tensor) -> torch.Tensor:
 
 
 def test_packed_layout_is_the_swizzle_the_decoder_reads():
-    layout = dq.packed_layout(16, 512)
+    layout = dqw.packed_layout(16, 512)
     for i, j in [(0, 0), (1, 0), (3, 17), (7, 255), (9, 130), (15, 200)]:
         got = [int(x) for x in layout.map_forward_index([i, j])]
         assert got == [i, ((j // 16) ^ (i % 8)) * 16 + j % 16]
@@ -281,23 +286,23 @@ def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
         scales = torch.exp(torch.randn(SG, BN, generator=gen)).to(torch.bfloat16)
         sbytes = scales.view(torch.int16).numpy().tobytes()
     zeros = torch.randint(0, 16, (SG, BN), generator=gen).to(torch.bfloat16)
-    stored = swizzled(packed) if swizzle else packed  # the shared tile as kernels.dequant.packed_layout stores it
+    stored = swizzled(packed) if swizzle else packed  # the shared tile as kernels.dequant_w4.packed_layout stores it
     stdin = stored.numpy().tobytes() + sbytes + zeros.view(torch.int16).numpy().tobytes()
     proc = subprocess.run([str(host_decoder), str(cfg)], input=stdin, capture_output=True, check=True)
     frags = np.frombuffer(proc.stdout, dtype=np.uint16).reshape(2 * BN, BK // 2)
 
     tile_fmt = dataclasses.replace(fmt, group=min(G, BK))  # one K block: its own groups only
     ops = {"B": packed, "scales": scales, "zeros": zeros}
-    want = dq.decode_weight_bf16(ops, tile_fmt).view(torch.int16).numpy().view(np.uint16)
+    want = dqf.decode_weight_bf16(ops, tile_fmt).view(torch.int16).numpy().view(np.uint16)
     i, j = np.meshgrid(np.arange(BN), np.arange(BK), indexing="ij")
-    got = frags[dq.fragment_thread(i, j), dq.fragment_index(i, j)]
+    got = frags[dqw.fragment_thread(i, j), dqw.fragment_index(i, j)]
     np.testing.assert_array_equal(got, want)
 
 
 # ---------------------------------------------------------------- sm_90a compiles
 
 
-# at the compile-check shape; the tile decides the form (dq.decode_form), not the shape
+# at the compile-check shape; the tile decides the form (dqw.decode_form), not the shape
 
 
 @pytest.mark.compile
@@ -307,7 +312,7 @@ def test_compile_decode_form_sm90a(kernels, name):
     src = kernels(f"dequant_{name}", "m16n64k128_s2_t128_wrow").source
     assert re.search(VARIANTS[f"dequant_{name}"].instructions["sm_90a"], src)
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 16, 16,", src)  # m64n16k16: 16 rows of A
-    assert f"dq_decode_fragment<{dq.W4_FORMATS[name].kind}, 128, {dq.W4_FORMATS[name].group}, 64, 0>" in src
+    assert f"dq_decode_fragment<{dqf.W4_FORMATS[name].kind}, 128, {dqf.W4_FORMATS[name].group}, 64, 0>" in src
     assert "wgmma_ss" not in src and "mma_sync" not in src
 
 
@@ -332,7 +337,7 @@ def test_compile_other_targets_use_bf16_mma_sync(kernels, arch):
 
 def test_decoder_source_names_no_matrix_instruction():
     # harness.compile classifies a kernel by searching its whole source, imported code included
-    assert not re.search(r"wgmma|mma|tcgen05", dq.DECODE_CUDA_SOURCE)
+    assert not re.search(r"wgmma|mma|tcgen05", dqw.DECODE_CUDA_SOURCE)
 
 
 # ---------------------------------------------------------------- the decode and prefill forms
@@ -346,9 +351,9 @@ def test_decode_tiles_drop_tilelang_warp_specialization():
     assert pass_configs_for(v, "sm_90a", parse_tile("m64n64k256_s4_t128_wrow")) == {"tl.disable_warp_specialized": True}
     assert pass_configs_for(v, "sm_90a", parse_tile("m256n128k64_s4_t256_wrow_z8")) is None  # TileLang's defaults
     assert pass_configs_for(v, "sm_89", parse_tile("m16n64k512_s2_t128_wrow")) is None
-    assert dq.swizzled_packed_tile(parse_tile("m16n64k512_s2_t128_wrow"))
-    assert not dq.swizzled_packed_tile(parse_tile("m16n64k128_s2_t128_wrow"))  # 64-byte rows: no whole 128-byte group
-    assert not dq.swizzled_packed_tile(parse_tile("m256n128k256_s2_t256_wrow"))  # prefill: TMA copies a linear tile
+    assert dqw.swizzled_packed_tile(parse_tile("m16n64k512_s2_t128_wrow"))
+    assert not dqw.swizzled_packed_tile(parse_tile("m16n64k128_s2_t128_wrow"))  # 64-byte rows: no whole 128-byte group
+    assert not dqw.swizzled_packed_tile(parse_tile("m256n128k256_s2_t256_wrow"))  # prefill: TMA copies a linear tile
 
 
 @pytest.mark.compile
@@ -367,7 +372,7 @@ def test_compile_decode_form_with_swizzled_tile_sm90a(kernels):
 
 def _tinygemm_ops(M=8, N=64, K=512, seed=3):
     A, B = _inputs(M, N, K, seed)
-    return A, B, FORMATS[dq.TINYGEMM_FORMAT].quantize(A, B)
+    return A, B, FORMATS[dqf.TINYGEMM_FORMAT].quantize(A, B)
 
 
 def test_tinygemm_format_layout_and_values():
@@ -377,18 +382,18 @@ def test_tinygemm_format_layout_and_values():
     q = torch.stack([ops["B"] >> 4, ops["B"] & 15], -1).reshape(64, 512)
     assert int(q.min()) >= 0 and int(q.max()) <= 15
     s, z = ops["scale_and_zero"][..., 0].float(), ops["scale_and_zero"][..., 1].float()
-    w = dq.tinygemm_weight(ops)
+    w = dqf.tinygemm_weight(ops)
     # element 2i in the high nibble: the first weight of row 0 is (q0 - 8)·s + z with q0 = B[0, 0] >> 4
     assert w[0, 0].item() == ((int(ops["B"][0, 0]) >> 4) - 8) * s[0, 0].item() + z[0, 0].item()
     assert w[0, 1].item() == ((int(ops["B"][0, 0]) & 15) - 8) * s[0, 0].item() + z[0, 0].item()
     # the nearest code of the stored scale and zero: half a step, plus what a clamped end code loses to
     # the bf16 roundings of s and z (z is a value, rounded to bf16 relative to its own size)
     err = (w - B.double()).abs()
-    step = s.T.repeat_interleave(dq.TINYGEMM_GROUP, 1).double()
-    zero = z.T.repeat_interleave(dq.TINYGEMM_GROUP, 1).double().abs()
+    step = s.T.repeat_interleave(dqf.TINYGEMM_GROUP, 1).double()
+    zero = z.T.repeat_interleave(dqf.TINYGEMM_GROUP, 1).double().abs()
     assert bool((err <= 0.55 * step + 2 ** -8 * zero).all())
     assert 0.05 < rel_fro(w, B) < 0.115
-    assert FORMATS[dq.TINYGEMM_FORMAT].dequantize(ops)[1].dtype == torch.float64
+    assert FORMATS[dqf.TINYGEMM_FORMAT].dequantize(ops)[1].dtype == torch.float64
 
 
 def test_tinygemm_emulation_matches_torchs_cpu_tinygemm():
@@ -398,22 +403,22 @@ def test_tinygemm_emulation_matches_torchs_cpu_tinygemm():
     A, B, ops = _tinygemm_ops(M=5, N=64, K=384)
     q = torch.stack([ops["B"] >> 4, ops["B"] & 15], -1).reshape(64, 384).int()
     packed = torch._convert_weight_to_int4pack_for_cpu(q, 2)
-    ref = torch._weight_int4pack_mm_for_cpu(ops["A"], packed, dq.TINYGEMM_GROUP, ops["scale_and_zero"]).float()
+    ref = torch._weight_int4pack_mm_for_cpu(ops["A"], packed, dqf.TINYGEMM_GROUP, ops["scale_and_zero"]).float()
     got = VARIANTS["tinygemm_w4_g128"].emulate(ops).float()
     assert got.dtype == torch.float32 and got.shape == (5, 64)
-    magnitude = ops["A"].float().abs() @ dq.tinygemm_weight(ops).float().abs().T
+    magnitude = ops["A"].float().abs() @ dqf.tinygemm_weight(ops).float().abs().T
     assert bool(((got - ref).abs() <= 2 ** -8 * magnitude).all())
-    exact = A.to(torch.bfloat16).double() @ dq.tinygemm_weight(ops).T
+    exact = A.to(torch.bfloat16).double() @ dqf.tinygemm_weight(ops).T
     assert rel_fro(got, exact) < 4e-3  # bf16 weights and output, fp32 sums
 
 
 def test_tinygemm_refuses_bad_weights_and_shapes():
     with pytest.raises(ValueError, match="w4_tinygemm_g128.*multiple of 128"):
-        dq.quantize_tinygemm_weight(torch.zeros(8, 200))
+        dqf.quantize_tinygemm_weight(torch.zeros(8, 200))
     with pytest.raises(ValueError, match="w4_tinygemm_g128"):
-        dq.quantize_tinygemm_weight(torch.full((8, 128), float("nan")))
-    assert dq.tinygemm_shape_limit(16, 8192, 8192) is None
-    assert "N=60" in dq.tinygemm_shape_limit(1, 60, 256)
+        dqf.quantize_tinygemm_weight(torch.full((8, 128), float("nan")))
+    assert peers.tinygemm_shape_limit(16, 8192, 8192) is None
+    assert "N=60" in peers.tinygemm_shape_limit(1, 60, 256)
     v = VARIANTS["tinygemm_w4_g128"]
     assert v.kernel is None and v.baseline == "cublas_bf16" and v.min_cc == 80
     for name in FORMAT_NAMES:  # the second column of every W4A16 kernel
@@ -423,7 +428,7 @@ def test_tinygemm_refuses_bad_weights_and_shapes():
 def test_tinygemm_zero_group_is_exact():
     B = torch.zeros(4, 256)
     B[1, :128] = torch.linspace(-2, 3, 128)
-    ops = dq.quantize_tinygemm_weight(B)
-    w = dq.tinygemm_weight(ops)
+    ops = dqf.quantize_tinygemm_weight(B)
+    w = dqf.tinygemm_weight(ops)
     assert not w[0].any() and not w[1, 128:].any() and bool(torch.isfinite(w).all())
     assert w[1, :128].min() == pytest.approx(-2, abs=0.2) and w[1, :128].max() == pytest.approx(3, abs=0.2)

@@ -16,7 +16,7 @@ from kernels import blockscaled_formats as bsf
 from kernels import dequant_formats as dqf
 from kernels import formats as fm
 from kernels import int4_formats as i4f
-from kernels.registry import FORMATS, VARIANTS, get_format, get_variant, load_all
+from kernels.registry import FAMILY_MODULES, FORMATS, VARIANTS, get_format, get_variant, load_all
 from kernels.tiles import parse_tile
 
 load_all()
@@ -261,12 +261,15 @@ def _module_of(fn) -> str:  # as workflow/rules/common.smk's _format_modules: a 
     return fn.__module__
 
 
-KERNEL_MODULE_FILES = {f"kernels/{m}.py" for m in ("ws_gemm", "tn_gemm", "int4_ws", "blockscaled_ws")} | {
-    _module_of(v.kernel).replace(".", "/") + ".py" for v in VARIANTS.values() if v.kernel is not None}
+# the kernels, the library launches (kernels/peers.py) and the family modules that register them
+KERNEL_MODULE_FILES = {f"kernels/{m}.py" for m in ("fp8_ws", "tn_gemm", "int4_ws", "blockscaled_sm90", "warp_specialized", "peers")} | {
+    _module_of(v.kernel).replace(".", "/") + ".py" for v in VARIANTS.values() if v.kernel is not None} | {
+    m.replace(".", "/") + ".py" for m in FAMILY_MODULES}
 
 
 def test_the_kernel_module_list_is_real():
-    assert {"kernels/fp8.py", "kernels/int4.py", "kernels/blockscaled.py", "kernels/dequant.py"} <= KERNEL_MODULE_FILES
+    assert {"kernels/fp8_pipelined.py", "kernels/int4_unpack_s8.py", "kernels/blockscaled_g128.py",
+            "kernels/dequant_w4.py", "kernels/dequant.py", "kernels/peers.py"} <= KERNEL_MODULE_FILES
     assert all((REPO / f).is_file() for f in KERNEL_MODULE_FILES)
 
 

@@ -59,7 +59,7 @@ def test_each_variant_and_format_name_is_written_once_where_registered():
     for v in VARIANTS.values():
         assert format_family.setdefault(v.input_format, v.family) == v.family, f"{v.input_format}: variants of two families"
     # a variant's home is its family's module; a format's, the module that defines (and registers) it
-    # (kernels/<family>_formats.py, which imports no kernel; bf16: kernels/baselines.py)
+    # (kernels/<family>_formats.py, which imports no kernel)
     names = [(v.name, v.family, FAMILY_MODULE[v.family]) for v in VARIANTS.values()]
     names += [(f, format_family[f], _defining_module(FORMATS[f].quantize)) for f in FORMATS]
     assert len(names) == len(VARIANTS) + len(FORMATS) and set(format_family) == set(FORMATS)

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from harness.metrics import calc_diff, rel_fro
-from kernels.fp8 import emulate_fp8, quantize_fp8
+from kernels.fp8 import emulate_fp8
+from kernels.fp8_formats import quantize_fp8
 from kernels.registry import get_format
 
 

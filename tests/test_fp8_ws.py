@@ -1,14 +1,14 @@
-"""The warp-specialized persistent GEMM (kernels/ws_gemm.py) and its fp8 variants: the tile rules, the
-grouped raster, shape classes, and what the cross-compiled kernels contain (no GPU needed)."""
+"""The warp-specialized skeleton (kernels/warp_specialized.py) and the fp8 kernel on it (kernels/fp8_ws.py):
+the tile rules, the grouped raster, shape classes, and what the cross-compiled kernels contain (no GPU needed)."""
 import re
 
 import pytest
 
 from harness.compile import compile_record
-from kernels.fp8 import WGMMA_ONLY
+from kernels.fp8_ws import smem_bytes
 from kernels.registry import get_variant, tile_problem
 from kernels.tiles import parse_tile, shape_class
-from kernels.ws_gemm import HOPPER_SMEM_BYTES, grouped_tile, smem_bytes, ws_shape
+from kernels.warp_specialized import SMEM_BYTES, WGMMA_ONLY, grouped_tile, launch
 
 CLASSES = [{"name": "m16", "M_max": 16}, {"name": "small", "MN_max": 4096 * 4096}, {"name": "large"}]
 
@@ -59,13 +59,13 @@ def test_tiles_a_kernel_cannot_take_are_refused(tile, variant, problem):
 def test_shared_memory_budget_counts_the_ring_and_the_staged_output():
     assert smem_bytes(parse_tile("m128n256k128_s3_t384"), 1, 2) == 3 * 384 * 128 + 128 * 256 * 2
     assert smem_bytes(parse_tile("m64n16k256_s10_t256_swapab"), 1, 2) == 10 * 80 * 256  # stored from registers
-    assert smem_bytes(parse_tile("m128n128k128_s6_t384"), 1, 2) <= HOPPER_SMEM_BYTES
+    assert smem_bytes(parse_tile("m128n128k128_s6_t384"), 1, 2) <= SMEM_BYTES
 
 
 def test_persistent_launch_size():
-    s = ws_shape(8192, 8192, 8192, parse_tile("m128n256k128_s3_t384_z16"))
+    s = launch(8192, 8192, 8192, parse_tile("m128n256k128_s3_t384_z16"), 0)
     assert (s.consumers, s.threads, s.tiles, s.grid, s.waves, s.k_blocks) == (2, 384, 2048, 132, 16, 64)
-    s = ws_shape(16, 8192, 8192, parse_tile("m64n16k256_s10_t256_swapab"))  # rows tile N, columns tile M
+    s = launch(16, 8192, 8192, parse_tile("m64n16k256_s10_t256_swapab"), 0)  # rows tile N, columns tile M
     assert (s.m_blocks, s.n_blocks, s.grid, s.waves) == (128, 1, 128, 1)
 
 

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from kernels import int4
+from kernels import int4_formats as i4f
+from kernels import int4_unpack_s8 as unpack_s8
 from kernels.formats import pack_int4, unpack_int4
 from kernels.registry import FORMATS, VARIANTS, Unsupported
 from kernels.tiles import parse_tile
@@ -25,7 +27,7 @@ def _brute_force_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def test_quantize_int4_scale_rounding_and_clamp():
     x = torch.tensor([-3.5, -1.0, 0.0, 0.24, 0.26, 2.0, 3.5])
-    q, scale = int4.quantize_int4(x)
+    q, scale = i4f.quantize_int4(x)
     assert scale.dtype == torch.float32 and scale.shape == (1,)
     assert scale.item() == pytest.approx(0.5)
     # x / 0.5 = [-7, -2, 0, 0.48, 0.52, 4, 7]
@@ -36,8 +38,8 @@ def test_quantize_int4_scale_rounding_and_clamp():
 def test_quantize_int4_is_deterministic_and_in_range():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 96, generator=g) * 3
-    q1, s1 = int4.quantize_int4(x)
-    q2, s2 = int4.quantize_int4(x.clone())
+    q1, s1 = i4f.quantize_int4(x)
+    q2, s2 = i4f.quantize_int4(x.clone())
     assert torch.equal(q1, q2) and torch.equal(s1, s2)
     assert int(q1.min()) >= -8 and int(q1.max()) <= 7
     assert int(q1.abs().max()) == 7  # amax lands on ±7
@@ -45,14 +47,14 @@ def test_quantize_int4_is_deterministic_and_in_range():
 
 
 def test_quantize_int4_zero_and_errors():
-    q, s = int4.quantize_int4(torch.zeros(3, 4))
+    q, s = i4f.quantize_int4(torch.zeros(3, 4))
     assert s.item() == 1.0 and not q.any()
     with pytest.raises(TypeError):
-        int4.quantize_int4(torch.zeros(3, dtype=torch.int8))
+        i4f.quantize_int4(torch.zeros(3, dtype=torch.int8))
     with pytest.raises(ValueError, match="NaN"):
-        int4.quantize_int4(torch.tensor([1.0, float("nan")]))
+        i4f.quantize_int4(torch.tensor([1.0, float("nan")]))
     with pytest.raises(ValueError, match="empty"):
-        int4.quantize_int4(torch.zeros(0))
+        i4f.quantize_int4(torch.zeros(0))
 
 
 def _inputs(M=24, N=40, K=64, seed=1):
@@ -88,7 +90,7 @@ def test_emulation_equals_int64_reference(name):
     A, B = _inputs(seed=7)
     ops = FORMATS[v.input_format].quantize(A, B)
     out = v.emulate(ops)
-    a_int, b_int = int4.int_operands(ops)
+    a_int, b_int = i4f.int_operands(ops)
     reference = _brute_force_product(a_int, b_int)
     assert out.dtype == torch.int32 and out.shape == (24, 40)
     assert torch.equal(out.long(), reference)
@@ -136,8 +138,8 @@ def test_kernel_nibble_decode_sign_extends_every_byte():
     values = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.int8)
     t = unpack_int4(torch.stack([values.roll(s) for s in range(4)], dim=-1))  # (256, 8): each byte in each lane
     w = _words(t)  # (256, 1)
-    low = int4.sign_extend_nibbles(int4.select_nibbles(w, int), int)
-    high = int4.sign_extend_nibbles(int4.select_nibbles(w, int, 4), int)
+    low = unpack_s8.sign_extend_nibbles(unpack_s8.select_nibbles(w, int), int)
+    high = unpack_s8.sign_extend_nibbles(unpack_s8.select_nibbles(w, int, 4), int)
     assert torch.equal(_lanes(low), t[:, 0::2]) and torch.equal(_lanes(high), t[:, 1::2])
 
 
@@ -157,12 +159,12 @@ def test_kernel_decode_order_reproduces_the_product():
         for blk in range(K // block_K):
             words = _words(t)[:, blk * block_K // 8 : (blk + 1) * block_K // 8]
             # decode_to_shared: each word's low nibbles, then (half a block on) its high nibbles
-            low = int4.sign_extend_nibbles(int4.select_nibbles(words, int), int)
-            high = int4.sign_extend_nibbles(int4.select_nibbles(words, int, 4), int)
+            low = unpack_s8.sign_extend_nibbles(unpack_s8.select_nibbles(words, int), int)
+            high = unpack_s8.sign_extend_nibbles(unpack_s8.select_nibbles(words, int, 4), int)
             tile = torch.cat((_lanes(low), _lanes(high)), dim=-1)
             # decode_to_fragment: column j from word (j % half) // 4, nibble shift 4·(j // half), byte j % 4
-            nibbles = int4.select_nibbles(words[:, (j % half) // 4], int, 4 * (j // half))
-            fragment = (int4.sign_extend_nibbles(nibbles, int) >> (8 * (j % 4))) & 0xFF
+            nibbles = unpack_s8.select_nibbles(words[:, (j % half) // 4], int, 4 * (j // half))
+            fragment = (unpack_s8.sign_extend_nibbles(nibbles, int) >> (8 * (j % 4))) & 0xFF
             assert torch.equal(fragment.to(torch.uint8).view(torch.int8), tile)
             assert torch.equal(tile, t[:, blk * block_K + order])
             tiles.append(tile)
@@ -176,9 +178,9 @@ def test_kernel_calls_the_module_nibble_decode(monkeypatch):
     import tilelang.language as T
 
     seen = []
-    select, extend = int4.select_nibbles, int4.sign_extend_nibbles
-    monkeypatch.setattr(int4, "select_nibbles", lambda w, const, shift=None: seen.append(("select", const)) or select(w, const, shift))
-    monkeypatch.setattr(int4, "sign_extend_nibbles", lambda x, const: seen.append(("extend", const)) or extend(x, const))
+    select, extend = unpack_s8.select_nibbles, unpack_s8.sign_extend_nibbles
+    monkeypatch.setattr(unpack_s8, "select_nibbles", lambda w, const, shift=None: seen.append(("select", const)) or select(w, const, shift))
+    monkeypatch.setattr(unpack_s8, "sign_extend_nibbles", lambda x, const: seen.append(("extend", const)) or extend(x, const))
     for name in ("int4_unpack_s8", "int4_unpack_s8_ss"):
         seen.clear()
         VARIANTS[name].kernel(256, 256, 256, parse_tile("m64n64k64_s2_t128"))

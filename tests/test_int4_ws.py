@@ -11,7 +11,7 @@ from kernels import int4_ws
 from kernels.formats import pack_int4, unpack_int4
 from kernels.registry import Unsupported, get_variant, tile_problem
 from kernels.tiles import parse_tile
-from kernels.ws_gemm import HOPPER_SMEM_BYTES
+from kernels.warp_specialized import DECODING_PRODUCER, SMEM_BYTES
 
 V = get_variant("int4_ws")
 
@@ -89,7 +89,7 @@ def test_shared_memory_counts_both_rings_and_the_output_buffers():
     t = parse_tile("m128n256k128_s3_t384_z8")
     assert int4_ws.packed_stages(t) == 4
     packed, decoded, staged = 4 * (128 + 256) * 64, 3 * 256 * 128, 2 * 2 * 64 * 32 * 4
-    assert int4_ws.int4_ws_smem_bytes(t) == packed + decoded + staged <= HOPPER_SMEM_BYTES
+    assert int4_ws.int4_ws_smem_bytes(t) == packed + decoded + staged <= SMEM_BYTES
     assert tile_problem(V, t) is None
 
 
@@ -110,7 +110,7 @@ def test_the_compiled_kernel_overlaps_the_decode_with_the_wgmma(compiled):
     assert "wgmma_rs<tl::DataType::kInt8, tl::DataType::kInt8, tl::DataType::kInt32, 64, 256, 32" in src
     assert "wait_wgmma<1>" in src and "warpgroup_wait<" not in src
     # the producer/consumer register split, the four barrier rings with their arrival counts
-    assert f"warpgroup_reg_dealloc<{int4_ws.PRODUCER_REGS}>" in src and f"warpgroup_reg_alloc<{int4_ws.CONSUMER_REGS[2]}>" in src
+    assert f"warpgroup_reg_dealloc<{DECODING_PRODUCER.producer}>" in src and f"warpgroup_reg_alloc<{DECODING_PRODUCER.consumer[2]}>" in src
     for ring, count in (("loaded", 32), ("packed_free", int4_ws.DECODERS + 8), ("full", int4_ws.DECODERS), ("decoded_free", 8)):
         assert f"{ring}[0].init({count});" in src, ring
     assert "loaded[3].init" in src and "full[3].init" not in src  # the packed ring is one stage deeper

@@ -13,9 +13,10 @@ import torch
 import yaml
 
 from harness.runner import run_emulated
-from kernels import blockscaled as bs
-from kernels import dequant as dq
-from kernels import fp8, int4
+from kernels import blockscaled_formats as bsf
+from kernels import dequant_formats as dqf
+from kernels import fp8_formats as fp8f
+from kernels import int4_formats as i4f
 from kernels.formats import E8M0_BIAS
 from kernels.registry import FORMATS, VARIANTS, Unsupported, load_all
 from kernels.tiles import EMULATED, parse_tile
@@ -60,12 +61,12 @@ def _operands(operand: str, pattern: str) -> tuple[torch.Tensor, torch.Tensor]:
 def test_ordinary_scales_are_the_plain_amax_ratio():
     # the guard leaves normal inputs alone: the scales are amax/qmax exactly as the formats define them
     x = _normal(256, 512, 7)
-    assert torch.equal(fp8.quantize_fp8(x, "e4m3")[1], (x.abs().max() / 448).reshape(1))
-    assert torch.equal(fp8.quantize_fp8(x, "e5m2")[1], (x.abs().max() / 57344).reshape(1))
-    assert torch.equal(int4.quantize_int4(x)[1], (x.abs().max() / 7).reshape(1))
-    _, sf = bs.quantize_e4m3_blocks(x, 1, 128)
+    assert torch.equal(fp8f.quantize_fp8(x, "e4m3")[1], (x.abs().max() / 448).reshape(1))
+    assert torch.equal(fp8f.quantize_fp8(x, "e5m2")[1], (x.abs().max() / 57344).reshape(1))
+    assert torch.equal(i4f.quantize_int4(x)[1], (x.abs().max() / 7).reshape(1))
+    _, sf = bsf.quantize_e4m3_blocks(x, 1, 128)
     assert torch.equal(sf, x.reshape(256, 4, 128).abs().amax(-1) / 448)
-    ops = dq.quantize_weight(x, dq.W4_FORMATS["w4_int4_sym_g128"])
+    ops = dqf.quantize_weight(x, dqf.W4_FORMATS["w4_int4_sym_g128"])
     assert torch.equal(ops["scales"], (x.reshape(256, 4, 128).abs().amax(-1) / 7).to(torch.bfloat16).T)
 
 
@@ -100,12 +101,12 @@ def test_subnormal_amax_gives_finite_operands_and_dequantizes_close(fmt_name, op
             assert bool(torch.isfinite(real.double()).all()), f"{v.name}: emulated output has NaN/Inf"
 
 
-@pytest.mark.parametrize("fmt_name", [f for f in FORMAT_NAMES if f in dq.W4_FORMATS])
+@pytest.mark.parametrize("fmt_name", [f for f in FORMAT_NAMES if f in dqf.W4_FORMATS])
 def test_uint4_zero_point_and_mx_codes_on_subnormal_weights(fmt_name):
-    w4 = dq.W4_FORMATS[fmt_name]
+    w4 = dqf.W4_FORMATS[fmt_name]
     B = _subnormal(N, K, "amax_1e-40")
     B[:, : w4.group] = 0  # one all-zero group per row: scale 1
-    ops = dq.quantize_weight(B, w4)
+    ops = dqf.quantize_weight(B, w4)
     s = ops["scales"]
     if w4.scale == "e8m0":
         assert int(s[1:].min()) >= 1 and int(s.max()) <= 254  # 2^-126 at least: a bf16 normal in the kernel
@@ -115,18 +116,18 @@ def test_uint4_zero_point_and_mx_codes_on_subnormal_weights(fmt_name):
     if w4.has_zeros:
         z = ops["zeros"].float()
         assert bool(((z >= 0) & (z <= 15) & (z == z.round())).all())
-    assert (dq.dequantize_weight(ops, w4) - B.double()).abs().max().item() <= TINY
-    assert bool(torch.isfinite(dq.decode_weight_bf16(ops, w4).float()).all())
+    assert (dqf.dequantize_weight(ops, w4) - B.double()).abs().max().item() <= TINY
+    assert bool(torch.isfinite(dqf.decode_weight_bf16(ops, w4).float()).all())
 
 
 # ---- finding 2: empty tensors ------------------------------------------------------------------
 
 ENTRY_POINTS = {
-    "quantize_fp8": lambda x: fp8.quantize_fp8(x, "e4m3"),
-    "quantize_int4": int4.quantize_int4,
-    "quantize_e4m3_blocks": lambda x: bs.quantize_e4m3_blocks(x, 1, 128),
-    "quantize_mxfp8": bs.quantize_mxfp8,
-    **{name: (lambda x, f=f: dq.quantize_weight(x, f)) for name, f in dq.W4_FORMATS.items()},
+    "quantize_fp8": lambda x: fp8f.quantize_fp8(x, "e4m3"),
+    "quantize_int4": i4f.quantize_int4,
+    "quantize_e4m3_blocks": lambda x: bsf.quantize_e4m3_blocks(x, 1, 128),
+    "quantize_mxfp8": bsf.quantize_mxfp8,
+    **{name: (lambda x, f=f: dqf.quantize_weight(x, f)) for name, f in dqf.W4_FORMATS.items()},
 }
 
 

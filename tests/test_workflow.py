@@ -257,7 +257,7 @@ def test_nothing_reruns_for_a_setting_or_a_kernel_it_does_not_use(tiny_run_copy)
     (wf / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake(wf, "-n"))
 
-    with open(wf / "kernels/ws_gemm.py", "a") as fh:  # a kernel of the fp8 family, not of its formats
+    with open(wf / "kernels/fp8_ws.py", "a") as fh:  # a kernel of the fp8 family, not of its formats
         fh.write("\n# an edit\n")
     planned = _planned_rules(snakemake(wf, "-n"))
     assert "compile_fp8_e4m3" in planned, planned  # the edit was seen by the jobs that build it

@@ -1,0 +1,199 @@
+"""dequant_w4: the W4A16 GEMM of every dequant_w4_<format> variant, C (M,N) = A · Ŵᵀ, A bf16 (M,K),
+W 4-bit (N,K) packed two codes per byte along K with group scales (formats: ``kernels.dequant_formats``).
+
+The weight-as-left-operand form Cᵀ = Ŵ · Aᵀ, sm_90a: each consumer warpgroup owns 64 weight rows; it
+decodes its packed bytes from shared memory straight into the register fragment of ``wgmma``'s A operand
+(``wgmma_rs``), while the activation tile (block_M rows, zero-filled past M by TMA) is the B operand from
+shared memory. So block_M is the wgmma N (16 for decode, 256 for prefill) and the weights are never
+written back to shared memory in bf16. Decode order (the emulation, ``kernels.dequant``, mirrors it):
+code -> exact small value v (bf16), then one ``fma.rn.bf16x2`` v·scale + (-0): Ŵ = bf16_rn(v · scale), a
+single rounding of the exact product; int4 values are made exact with the 0x4300 magic number, e2m1
+values come from a byte lookup table (code 0 -> +0.0). The decoder is CUDA, ``dequant_w4_decode.cuh``
+beside this module. Accumulation is fp32 in wgmma, the output is rounded to bf16 once. The same
+prim_func builds for sm_89 and sm_100a with bf16 ``mma.sync`` (untuned there). The wgmma waits at every
+K block (``T.gemm``). An overlapped schedule (double-buffered fragments, async ``T.wgmma_gemm``) is not
+used: TileLang's pipeline frees a stage's shared buffers right after their last use in program order,
+before a later ``T.wait_wgmma``, so the activation tile would need a private copy, and with that copy
+ptxas serialized the wgmmas anyway (warning C7514).
+
+Two forms, chosen by the tile (``dequant_w4_pass_configs``): decode tiles (block_M <= 64) are built
+without TileLang's warp specialization, so every thread loads (cp.async), decodes and multiplies in
+~124-250 registers and several CTAs share an SM; with block_K a multiple of 256 their packed tile is
+stored swizzled in shared memory (``packed_layout``) against the decoder's bank conflicts. Prefill tiles
+keep TileLang's producer warpgroup and TMA loads. docs/design/dequant_w4.md has the measurements.
+
+Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow``;
+the warps must lie along the weight rows (``_wrow``). K must be a multiple of block_K, and block_K a
+multiple or a divisor of the group. TileLang evaluates a prim_func's annotations with the factory's
+closure variables, so this module must not use ``from __future__ import annotations``.
+"""
+from pathlib import Path
+
+import torch
+
+from kernels.dequant_formats import W4Format
+from kernels.formats import check_gemm_shape
+from kernels.registry import Operands
+from kernels.tiles import Tile
+
+# The CUDA decoder, pasted into the kernel with T.import_source and called with T.call_extern. It also
+# compiles as host C++ (tests/test_dequant.py runs it on the CPU): the two device instructions it needs,
+# prmt and fma.rn.bf16x2, have host stand-ins; a host build must define dq_host_fma_bf16x2 first.
+DECODE_CUDA_FILE = Path(__file__).with_name("dequant_w4_decode.cuh")
+# after a newline, as the generated CUDA held by hash (tests/test_generated_cuda.py) has it
+DECODE_CUDA_SOURCE = "\n" + DECODE_CUDA_FILE.read_text()
+
+
+def fragment_thread(i, j):
+    """Thread owning element (i, j) of the decoded weight fragment (wgmma A operand, 64 rows per warpgroup)."""
+    return i // 16 * 32 + i % 8 * 4 + j % 8 // 2
+
+
+def fragment_index(i, j):
+    """Register slot of element (i, j) in its thread's fragment (bf16 units)."""
+    return j // 8 * 4 + i % 16 // 8 * 2 + j % 2
+
+
+def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
+    """Raise ValueError when the tile does not fit the weight-as-left-operand kernel."""
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    problems = []
+    if tile.policy != "FullRow":
+        problems.append("the warps must lie along the weight rows: use a _wrow tile")
+    if bN % 64 or tile.threads != 128 * (bN // 64):
+        problems.append(f"block_N (weight rows) must be 64 per consumer warpgroup: threads = 128·block_N/64 "
+                        f"= {128 * max(bN // 64, 1)}, got block_N={bN}, threads={tile.threads}")
+    if bM % 8 or not 8 <= bM <= 256:
+        problems.append(f"block_M (rows of A, the wgmma N) must be a multiple of 8 in [8, 256], got {bM}")
+    if bK % 32 or bK > 512:
+        problems.append(f"block_K must be a multiple of 32 and at most 512, got {bK}")
+    if bK % fmt.group and fmt.group % bK:
+        problems.append(f"block_K={bK} and the group size {fmt.group} must divide one another")
+    if K % bK:
+        problems.append(f"K={K} must be a multiple of block_K={bK}")
+    if problems:
+        raise ValueError(f"tile {tile.name} does not fit {fmt.name}: " + "; ".join(problems))
+
+
+# Decode tiles (block_M <= 64 rows of A) are built without TileLang's warp specialization: with it the
+# one consumer warpgroup gets setmaxnreg 240, so a CTA (plus its producer warpgroup) takes a whole SM's
+# registers and one CTA runs per SM with nothing to hide its latency. Without it every thread loads,
+# decodes and multiplies in what it needs (124 registers at block_K 256: four CTAs per SM; 219-251 at
+# 512: two). On the H200 (docs/design/dequant_w4.md) 16x28672x8192 went from 117 to 67 µs; prefill
+# tiles keep it: without it 4096x8192x8192 took 1234 µs, not 784.
+DECODE_MAX_BLOCK_M = 64
+
+
+def decode_form(tile: Tile) -> bool:
+    """Whether ``tile`` builds the decode form (block_M <= 64) rather than the warp-specialized prefill form."""
+    return tile.block_M <= DECODE_MAX_BLOCK_M
+
+
+def dequant_w4_pass_configs(tile: Tile) -> dict:
+    """The sm_90a pass configs of a dequant_w4_<format> tile: the decode form or the prefill form."""
+    return {"tl.disable_warp_specialized": True} if decode_form(tile) else {}
+
+
+def swizzled_packed_tile(tile: Tile) -> bool:
+    """Whether the packed weight tile is stored swizzled in shared memory: decode tiles with whole
+    128-byte groups of chunks per row (block_K a multiple of 256)."""
+    return decode_form(tile) and tile.block_K % 256 == 0
+
+
+def packed_layout(rows: int, block_K: int):
+    """Shared layout of a (rows, block_K/2) packed tile: 16-byte chunk q of row r at chunk q ^ (r % 8).
+
+    The decoder's 8 rows per warp read the same chunk index at once; rows are block_K/2 bytes apart
+    (a multiple of 128), so unswizzled they fall on the same banks (measured 6.9-way conflicts); with
+    the XOR the 8 rows hit 8 different 16-byte bank groups."""
+    import tilelang.language as T
+
+    return T.Layout((rows, block_K // 2), lambda i, j: [i, ((j // 16) ^ (i % 8)) * 16 + j % 16])
+
+
+def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
+    """TileLang W4A16 GEMM, weight-as-left-operand: Cᵀ tile (block_N x block_M) = Ŵ tile · A tileᵀ.
+
+    The kernel of every dequant_w4_<format> variant (``fmt`` their format).
+
+    Per K block: TMA brings A (block_M, block_K) bf16, the packed weight (block_N, block_K/2) and
+    the group scales (and zeros) into shared memory (warp-specialized pipeline); every consumer
+    thread decodes its fragment with the CUDA decoder; ``wgmma_rs`` multiplies and waits. The fp32
+    tile is transposed into shared memory as bf16 and stored to C (M, N); TMA zero-fills A rows
+    and clips C rows past M.
+    """
+    check_gemm_shape("dequant_w4_kernel", M, N, K)
+    import tilelang.language as T
+    from tilelang.layout import make_linear_layout
+
+    check_dequant_w4_tile(fmt, K, tile)
+    bM, bN, bK, G = tile.block_M, tile.block_N, tile.block_K, fmt.group
+    groups_per_block = max(bK // G, 1)
+    scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
+    swizzle = swizzled_packed_tile(tile)
+    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {int(swizzle)}>"
+    zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "bfloat16"),
+        B: T.Tensor((N, K // 2), "int8"),
+        S: T.Tensor((K // G, N), scale_dtype),
+        Z: T.Tensor(zeros_shape, "bfloat16"),
+        C: T.Tensor((M, N), "bfloat16"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
+            A_shared = T.alloc_shared((bM, bK), "bfloat16")
+            B_shared = T.alloc_shared((bN, bK // 2), "int8")
+            S_shared = T.alloc_shared((groups_per_block, bN), scale_dtype)
+            W_frag = T.alloc_fragment((bN, bK), "bfloat16")
+            Ct_frag = T.alloc_fragment((bN, bM), "float32")
+            C_shared = T.alloc_shared((bM, bN), "bfloat16")
+            tx = T.get_thread_binding()
+            T.import_source(DECODE_CUDA_SOURCE)
+            # The decoder writes the fragment and reads the shared tiles through raw pointers, so
+            # their layouts are pinned here: the fragment to wgmma's A layout (layout inference
+            # rejects the kernel if T.gemm wanted another), the shared tiles to row-major.
+            layouts = {
+                W_frag: T.Fragment((bN, bK), forward_thread_fn=fragment_thread, forward_index_fn=fragment_index),
+                B_shared: packed_layout(bN, bK) if swizzle else make_linear_layout(B_shared),
+                S_shared: make_linear_layout(S_shared),
+            }
+            if fmt.has_zeros:
+                Z_shared = T.alloc_shared((groups_per_block, bN), "bfloat16")
+                layouts[Z_shared] = make_linear_layout(Z_shared)
+            T.annotate_layout(layouts)
+            if tile.swizzle:
+                T.use_swizzle(tile.swizzle)
+            T.clear(Ct_frag)
+            for k in T.Pipelined(K // bK, num_stages=tile.num_stages):
+                T.copy(A[by * bM, k * bK], A_shared)
+                T.copy(B[bx * bN, k * (bK // 2)], B_shared)
+                T.copy(S[k * bK // G, bx * bN], S_shared)
+                if fmt.has_zeros:
+                    T.copy(Z[k * bK // G, bx * bN], Z_shared)
+                # without zero points the decoder's zeros pointer is an unread stand-in (S_shared); no
+                # alias variable: TileLang would name the buffer after it in the generated source
+                T.call_extern("handle", decoder, T.address_of(W_frag[0, 0]), T.address_of(B_shared[0, 0]),
+                              T.address_of(S_shared[0, 0]),
+                              T.address_of((Z_shared if fmt.has_zeros else S_shared)[0, 0]), tx)
+                T.gemm(W_frag, A_shared, Ct_frag, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(bN, bM):
+                C_shared[j, i] = Ct_frag[i, j]
+            T.copy(C_shared, C[by * bM, bx * bN])
+
+    return main
+
+
+def prepare_dequant_w4(ops: Operands, fmt: W4Format) -> Operands:
+    """The prepare of every dequant_w4_<format> variant."""
+    if fmt.has_zeros:
+        return {}
+    # the kernel signature is the same for every format; an unread one-element dummy stands in for
+    # the zeros, made once with the operands
+    return {"zeros": torch.empty(1, dtype=torch.bfloat16, device=ops["A"].device)}
+
+
+def launch_dequant_w4(kernel, ops: Operands) -> torch.Tensor:
+    """The launch of every dequant_w4_<format> variant."""
+    return kernel(ops["A"], ops["B"], ops["scales"], ops["zeros"])

@@ -1,0 +1,118 @@
+#include <stdint.h>
+#include <string.h>
+#ifdef __CUDACC__
+#define DQ_FN __device__ __forceinline__
+#else
+#define DQ_FN static inline
+#endif
+
+// byte permute: result byte i = byte sel[4i+2:4i] of the 8-byte value {b, a} (selectors < 8 only)
+DQ_FN uint32_t dq_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(a, b, sel);
+#else
+  uint64_t x = ((uint64_t)b << 32) | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= (uint32_t)((x >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+#endif
+}
+
+// two bf16 lanes: a * b + c with one round-to-nearest-even
+DQ_FN uint32_t dq_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  return dq_host_fma_bf16x2(a, b, c);
+#endif
+}
+
+DQ_FN uint32_t dq_float_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+DQ_FN float dq_bits_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+DQ_FN void dq_load16(const uint8_t* p, uint32_t w[4]) {
+#ifdef __CUDA_ARCH__
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+#else
+  memcpy(w, p, 16);
+#endif
+}
+
+// Decode one K block of packed 4-bit weights from shared memory into this thread's part of the
+// tensor-core A-operand register fragment (bf16 pairs as uint32). (This source must not name the
+// matrix instructions: the compile step classifies kernels by searching their source for them.)
+//   KIND 0: int4 two's complement, scale bf16; 1: uint4 with bf16 zero point z, scale bf16;
+//        2: e2m1, scale bf16; 3: e2m1, scale E8M0 (uint8).
+//   packed: BN rows x BK/2 bytes, row-major; scales/zeros: SG x BN (SG = K groups in the block).
+//   tid: thread index among the consumer threads (one warpgroup per 64 weight rows).
+// Fragment (the layout annotated on the TileLang side): thread tid holds rows
+// r_h = 16*(tid/32) + (tid%32)/4 + 8h and, for every 8-wide K chunk c, the pair k = 8c + 2t, 8c + 2t + 1
+// (t = tid%4) -- that pair is byte 4c + t of the row, i.e. byte t of 32-bit word c -- as frag[2c + h].
+template <int KIND, int BK, int GROUP, int BN, int SWIZZLE = 0>
+DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scales_, const void* zeros_, int tid) {
+  static_assert(BK % 32 == 0, "BK must be a multiple of 32 (16-byte row loads)");
+  static_assert(BK % GROUP == 0 || GROUP % BK == 0, "BK and GROUP must divide one another");
+  constexpr int SG = BK >= GROUP ? BK / GROUP : 1;
+  uint32_t* frag = reinterpret_cast<uint32_t*>(frag_);
+  const uint8_t* packed = reinterpret_cast<const uint8_t*>(packed_);
+  const uint32_t t = (uint32_t)(tid & 3);
+  const int row0 = (tid >> 5) * 16 + ((tid & 31) >> 2);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    uint32_t scale2[SG], offset2[SG];
+#pragma unroll
+    for (int sg = 0; sg < SG; ++sg) {
+      uint32_t s;
+      if (KIND == 3) {
+        const uint32_t e = reinterpret_cast<const uint8_t*>(scales_)[sg * BN + row];
+        s = e == 0 ? 0x0040u : (e == 255 ? 0x7FC0u : (e << 7));  // bf16 bits of 2^(e-127)
+      } else {
+        s = reinterpret_cast<const uint16_t*>(scales_)[sg * BN + row];
+      }
+      scale2[sg] = s | (s << 16);
+      if (KIND == 1) {
+        // -(128 + z) in both lanes: a small integer, exact in bf16
+        const float z = dq_bits_float((uint32_t)reinterpret_cast<const uint16_t*>(zeros_)[sg * BN + row] << 16);
+        const uint32_t o = dq_float_bits(-(128.0f + z)) >> 16;
+        offset2[sg] = o | (o << 16);
+      } else {
+        offset2[sg] = 0xC308C308u;  // -136 = -(128 + 8): z = 8 for the XOR-biased int4 code
+      }
+    }
+    const uint8_t* rowp = packed + row * (BK / 2);
+#pragma unroll
+    for (int q = 0; q < BK / 32; ++q) {
+      uint32_t w[4];
+      // SWIZZLE: the shared tile holds chunk q of row r at chunk q ^ (r % 8) (see packed_layout)
+      dq_load16(rowp + 16 * (SWIZZLE ? (q ^ (row & 7)) : q), w);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = 4 * q + i;
+        const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
+        uint32_t v;
+        if (KIND <= 1) {
+          // x: byte 0 = byte t of w, byte 2 = byte t of w >> 4, so the masked lanes hold the low
+          // and the high nibble at bits 0-3 of each half. OR-ing 0x4300 gives bf16 128 + c (c sits
+          // in the mantissa: exact); XOR-ing 8 as well turns a two's complement nibble q into
+          // c = q + 8. Then 1 * y + (-(128 + z)) = c - z exactly (z = 8 for int4).
+          const uint32_t x = dq_prmt(w[i], w[i] >> 4, t | (t << 4) | ((t + 4) << 8) | ((t + 4) << 12));
+          const uint32_t y = (x & 0x000F000Fu) ^ (KIND == 0 ? 0x43084308u : 0x43004300u);
+          v = dq_fma_bf16x2(y, 0x3F803F80u, offset2[sg]);
+        } else {
+          // e2m1: byte tables of the bf16 bits of the magnitudes {0,.5,1,1.5,2,3,4,6}, selected by
+          // the 3 magnitude bits of each nibble; the sign bit (3 of each nibble) goes to bit 15.
+          const uint32_t b = dq_prmt(w[i], 0u, t | 0x4440u);
+          const uint32_t sel = b & 0x77u;
+          const uint32_t hi = dq_prmt(0x3F3F3F00u, 0x40404040u, sel);
+          const uint32_t lo = dq_prmt(0xC0800000u, 0xC0804000u, sel);
+          v = dq_prmt(lo, hi, 0x5140u) | (((b << 12) | (b << 24)) & 0x80008000u);
+        }
+        frag[2 * c + h] = dq_fma_bf16x2(v, scale2[sg], 0x80008000u);  // v * s + (-0): one rounding
+      }
+    }
+  }
+}
