@@ -4,7 +4,8 @@ Plain Python, no Snakemake: ``workflow/rules/common.smk`` plans with these, and 
 
 Snakemake reruns a job when its inputs change, not when code its script imports does, so a job's
 code inputs are the *import closure* of the modules it uses: every first-party module reached by
-``import`` statements (read with ``ast``, never executed), directly or transitively.
+``import`` statements (read with ``ast``, never executed), directly or transitively, and the CUDA sources a
+module reads (``<module>.cuh`` or ``<module>_*.cuh`` beside it, e.g. kernels/dequant_w4_decode.cuh).
 """
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def _with_parents(name: str) -> list[str]:
 def import_closure(modules: Iterable[str], repo: Path, scripts: Iterable[str | Path] = ()) -> list[str]:
     """Sorted repo-relative paths of every first-party module reached from ``modules`` (dotted names,
     e.g. ``kernels.dequant``) and from the imports of ``scripts`` (paths, absolute or relative to
-    ``repo``), the named modules and their parent packages' ``__init__.py`` included.
+    ``repo``), the named modules and their parent packages' ``__init__.py`` included, with the CUDA
+    sources beside them that they read (``<module>.cuh``, ``<module>_*.cuh``).
 
     A script's own folder is searched before ``repo``, as for a script run with its folder on
     ``sys.path`` (a workflow script's ``import checkout_first``); the scripts themselves are not listed.
@@ -99,5 +101,7 @@ def import_closure(modules: Iterable[str], repo: Path, scripts: Iterable[str | P
         name, path, roots = todo.pop()
         for imported in _imported_names(path, name, path.stat().st_mtime_ns):
             visit(imported, roots)
-    return sorted(str(p.relative_to(repo)) for p in seen)
+    sources = {c for p in seen if p.suffix == ".py" for pattern in (f"{p.stem}.cuh", f"{p.stem}_*.cuh")
+               for c in p.parent.glob(pattern)}
+    return sorted(str(p.relative_to(repo)) for p in seen | sources)
 

@@ -196,7 +196,7 @@ def headline_section(t: Timed | None, variants: Mapping[str, Variant], figs: Fig
 
 
 def method_note(sp: pd.DataFrame) -> str:
-    """How this set's ratios were taken, in one sentence (README: How a speedup is taken)."""
+    """How this set's ratios were taken, in one sentence (docs/methodology.md: How a speedup is taken)."""
     n_paired = int((sp["speedup_method"] == tables.PAIRED).sum())
     n_unpaired = int((sp["speedup_method"] == tables.UNPAIRED).sum())
     if not n_paired:

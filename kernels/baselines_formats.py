@@ -1,8 +1,6 @@
 """The baseline family's input format: the unquantized inputs rounded to bf16 (``bf16``).
 
-Formats only (quantize, dequantize, their registration): this module imports no kernel, so that an
-inputs job, whose code inputs are the import closure of its formats' modules, does not rerun when a
-launch (``kernels/peers.py``) changes. ``kernels.baselines`` imports it.
+Formats only (why a formats module imports no kernel: ``kernels.formats``). ``kernels.baselines`` imports it.
 """
 import torch
 

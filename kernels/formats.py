@@ -1,5 +1,9 @@
 """Every number format's building blocks, written once; each family module imports them from here.
 
+Each family's formats (quantize, dequantize, their registration) live in ``kernels/<family>_formats.py``,
+which imports no kernel: an inputs job's code inputs are the import closure of its formats' modules
+(harness/deps.py), so a kernel's or a peer's change does not rebuild the inputs.
+
 - Operands and scales. ``check_operand``: a quantizer's input must be a non-empty, finite floating-point
   tensor; the error names the quantizer, the operand (A or B) and, for an empty tensor, its shape.
   ``check_gemm_operands``: the one entry check of every format's ``quantize(A, B)`` (both operands 2-D,

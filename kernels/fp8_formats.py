@@ -1,8 +1,6 @@
 """The fp8 family's input formats: per-tensor fp8 (e4m3, e5m2), one fp32 scale per operand.
 
-Formats only (quantize, dequantize, their registration): this module imports no kernel, so that an
-inputs job, whose code inputs are the import closure of its formats' modules, does not rerun when a
-kernel (``kernels/fp8_pipelined.py``, ``kernels/fp8_ws.py``, ...) changes. ``kernels.fp8`` imports it.
+Formats only (why a formats module imports no kernel: ``kernels.formats``). ``kernels.fp8`` imports it.
 """
 from functools import partial
 

@@ -1,9 +1,7 @@
 """The int4 family's input formats: symmetric per-tensor int4, packed two per byte along K
 (``int4_tensor``) or already unpacked to int8 (``int4_tensor_unpacked_s8``, the int8 peers' input).
 
-Formats only (quantize, dequantize, their registration): this module imports no kernel, so that an
-inputs job, whose code inputs are the import closure of its formats' modules, does not rerun when a
-kernel (``kernels/int4_unpack_s8.py``, ``kernels/int4_ws.py``, ...) changes. ``kernels.int4`` imports it.
+Formats only (why a formats module imports no kernel: ``kernels.formats``). ``kernels.int4`` imports it.
 """
 from collections.abc import Mapping
 from functools import partial

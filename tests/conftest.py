@@ -1,6 +1,6 @@
 """What the whole suite shares: runs and compiles paid for once per session, and markers that are checked.
 
-Tiers (README, "Test tiers"): the unit tier, `pytest -m "not compile and not workflow and not slurm"`, compiles
+Tiers (docs/contributing.md, "Tests"): the unit tier, `pytest -m "not compile and not workflow and not slurm"`, compiles
 no kernel and starts no Snakemake; the full suite runs everything. A test that compiles a TileLang kernel
 (in this process) must carry the `compile` marker, one that starts Snakemake or reads a session pipeline
 run the `workflow` marker, one that uses the SLURM test cluster the `slurm` marker: otherwise it fails.

@@ -1,4 +1,4 @@
-"""README's "Adding a variant", followed to the letter in a throwaway copy of the workflow: a new family
+"""docs/contributing.md "Adding a variant", followed to the letter in a throwaway copy of the workflow: a new family
 module registers a variant, FAMILY_MODULES lists it, config.yaml names it, and the workflow plans and
 runs it with nothing else changed."""
 import json

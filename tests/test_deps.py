@@ -13,6 +13,9 @@ def test_closure_of_dequant_reaches_what_it_imports_and_nothing_else():
     assert {"kernels/__init__.py", "kernels/dequant.py", "kernels/baselines.py", "kernels/formats.py",
             "kernels/registry.py", "kernels/tiles.py"} <= set(deps)
     assert "kernels/fp8.py" not in deps and "kernels/int4.py" not in deps and deps == sorted(deps)
+    # the CUDA decoder kernels/dequant_w4.py reads is a code input of every job that imports it
+    assert "kernels/dequant_w4.py" in deps and "kernels/dequant_w4_decode.cuh" in deps
+    assert not any(d.endswith(".cuh") for d in import_closure(["kernels.fp8"], REPO))
 
 
 def test_closure_of_a_workflow_script_includes_its_sibling_modules_and_the_harness():
