@@ -118,5 +118,7 @@ def test_the_promoted_kernel_adds_its_partial_sums_into_a_second_accumulator(ker
     branch = re.search(r"if \(\(\(ki_\d+ & 1\) == 1\) \| \(ki_\d+ == 7\)\) \{\n(.*?)\n        \}", src, re.S)
     assert branch, src
     body = branch.group(1)
-    assert body.index("wait_wgmma<0>();") < body.index("empty[prev].arrive();") < body.index("acc0")
-    assert re.search(r"v_ = \*\(float4\*\)\(acc0 \+ .*\n.*v__1 = \*\(float4\*\)\(target \+ .*\n\s*__1\.x = \(v_\.x\+v__1\.x\)", body)
+    # (the accumulator's name is TileLang's choice: it is allocated by a helper, tests/test_generated_cuda.py)
+    add = re.search(r"v_ = \*\(float4\*\)\((\w+) \+ .*\n.*v__1 = \*\(float4\*\)\(target \+ .*\n\s*__1\.x = \(v_\.x\+v__1\.x\)", body)
+    assert add and add.group(1) != "target", body
+    assert body.index("wait_wgmma<0>();") < body.index("empty[prev].arrive();") < add.start()
