@@ -21,8 +21,6 @@ one of ``BLOCKS``:
 from __future__ import annotations
 
 import argparse
-import functools
-import inspect
 import json
 import os
 import re
@@ -121,20 +119,14 @@ def headline(ctx: Context) -> str:
 # ------------------------------------------------------------------------------------------------ variants
 
 
-def _source_file(factory: Callable) -> Path:
-    while isinstance(factory, functools.partial):
-        factory = factory.func
-    return Path(inspect.getsourcefile(inspect.unwrap(factory))).resolve()
-
-
 def variants(ctx: Context) -> str:
-    from kernels.registry import VARIANTS, load_all
+    from kernels.registry import VARIANTS, kernel_module, load_all
 
     load_all()
     rows = []
     # by name, never by registration order (which depends on what imported the family modules first)
     for v in sorted(VARIANTS.values(), key=lambda v: (v.family, v.kernel is None, v.name)):
-        where = ctx.link(_source_file(v.kernel).relative_to(ctx.sources.resolve()).as_posix()) if v.kernel else "library peer"
+        where = ctx.link(kernel_module(v)) if v.kernel else "library peer"
         rows.append(f"| `{v.name}` | {v.family} | {where} | {f'`{v.baseline}`' if v.baseline else '–'} |")
     return "| variant | family | kernel | matched peer |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
 
