@@ -11,11 +11,13 @@
 #   results/compile/{variant}/{target}/sweep/{tile}.json      the same at every GPU shape (a GPU platform's arch)
 #   results/compile/{variant}/artifacts/{target}/{tile}/{shape}/kernel.cu, .ptx, .cubin, .sass
 #   results/{platform}/{variant}/{dist}/{M}x{N}x{K}.json        one run: a row per tile (lib or emulated for baselines and CPU hosts)
+#   results/{platform}/tuning/{entry}/{M}x{N}x{K}.json   a tune job's record: candidates timed, the winner (GPU hosts)
 #   results/{platform}/ceilings.json                     library probes: copy bandwidth, cuBLAS GEMM per precision (GPU hosts)
 #   results/{platform}/tidy.csv|parquet, compile_matrix.csv, roofs.csv (physical and measured limits),
 #   results/{platform}/report.html (self-contained), figures/*.png
 #   results/{platform}/profile/{entry}/{dist}/{M}x{N}x{K}/{tile}.ncu-rep, .raw.csv, .summary.json   on request (ncu)
 #   results/published/{platform}/points/{family}/         committed points of one family refresh (+ provenance.json)
+#   results/published/{platform}/tuning/{family}/{entry}/{M}x{N}x{K}.json   the committed tuned table
 #   results/published/{platform}/tidy.csv, point_sets.csv, report.html   rebuilt from every family's points
 #   results/published/{platform}/profile/{entry}/{dist}/{M}x{N}x{K}/{tile}/summary.json, raw.csv   committed profiles
 # platform: "cpu" (CPU emulation) or a slug of config platforms (h200, h100, b200, l40s, a100): config
@@ -53,6 +55,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/inputs.smk"
 include: "workflow/rules/compile.smk"
 include: "workflow/rules/run.smk"
+include: "workflow/rules/tune.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/report.smk"

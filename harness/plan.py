@@ -214,6 +214,7 @@ def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True
             site = registration_sites()[impl].rpartition(":")[0]
             raise ConfigError(f"variants.{name}: target {target} has no instruction check ({site} "
                               "Variant.sass and Variant.instructions) and no declared unsupported reason")
+    check_zoo(cfg)
     check_targets(cfg)
     check_timing(cfg)
     check_cpu_memory(cfg)
@@ -222,6 +223,21 @@ def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True
         check_shapes_fit_formats(cfg)
     cfg.setdefault("tilelang_cache", ".cache/tilelang")
     return cfg
+
+
+def check_zoo(cfg: dict) -> None:
+    """Zoo entries are config entries; each layer's shapes are canonical (they name files)."""
+    zoo = cfg.get("zoo")
+    if not zoo:
+        return
+    for i, entry in enumerate(zoo["entries"]):
+        if entry not in cfg["variants"]:
+            raise ConfigError(f"zoo.entries.{i}: {entry!r} is not a config entry (variants: {', '.join(cfg['variants'])})")
+        if VARIANTS[cfg["variants"][entry].get("uses", entry)].family == "baseline":
+            raise ConfigError(f"zoo.entries.{i}: {entry} is a library peer; list the variants, their peers come with them")
+        missing = set(zoo["distributions"]) - set(cfg["variants"][entry].get("distributions") or cfg["distributions"])
+        if missing:
+            raise ConfigError(f"zoo.distributions: {entry} (zoo.entries.{i}) does not run {sorted(missing)}")
 
 
 def check_tolerance(name: str, vcfg: dict, variant) -> None:
@@ -342,8 +358,9 @@ def check_tiles(cfg: dict, name: str, impl: str, class_names: list[str]) -> None
     tiles = cfg["variants"][name].get("tiles", {})
     if variant.kernel is None and tiles:
         raise ConfigError(f"variants.{name}.tiles: {name} is a library baseline and takes no tiles")
-    if variant.kernel is not None and not tiles:
-        raise ConfigError(f"variants.{name}.tiles: a TileLang variant needs at least one tile")
+    if variant.kernel is not None and not tiles and variant.tile_space is None:
+        raise ConfigError(f"variants.{name}.tiles: a TileLang variant whose kernel has no tile space "
+                          "(kernels/tile_space.py) needs at least one tile")
     for target, names in tiles.items():
         key = f"variants.{name}.tiles.{target}"
         if target != "default" and target not in cfg["targets"]:
@@ -439,8 +456,9 @@ def check_shapes_fit_formats(cfg: dict) -> None:
         fmt = variant.input_format
         # the compile check builds every TileLang kernel at the cpu_compile shapes too
         kinds = ("cpu", "gpu", "cpu_compile") if variant.kernel is not None else ("cpu", "gpu")
-        for kind in kinds:
-            own = vcfg.get("shapes", {}).get(kind)
+        zoo = [f"{M}x{layer['N']}x{layer['K']}" for layer in cfg.get("zoo", {}).get("layers", []) for M in layer["M"]]
+        for kind in (*kinds, "zoo") if name in cfg.get("zoo", {}).get("entries", []) else kinds:
+            own = zoo if kind == "zoo" else vcfg.get("shapes", {}).get(kind)
             for shape in own or cfg["sweeps"][kind]:
                 K = parse_shape(shape)[2]
                 if (fmt, K) not in verdict:
@@ -450,7 +468,7 @@ def check_shapes_fit_formats(cfg: dict) -> None:
                     except (ValueError, TypeError) as e:
                         verdict[fmt, K] = str(e)
                 if verdict[fmt, K]:
-                    where = f"variants.{name}.shapes.{kind}" if own else f"sweeps.{kind}"
+                    where = "zoo.layers" if kind == "zoo" else f"variants.{name}.shapes.{kind}" if own else f"sweeps.{kind}"
                     raise ConfigError(f"{where}: shape {shape} does not fit {name} (format {fmt}): {verdict[fmt, K]}")
 
 
@@ -497,6 +515,10 @@ def sweep_record(variant: str, arch: str, tile: str) -> str:
     return f"results/compile/{variant}/{arch}/sweep/{tile}.json"
 
 
+def tune_record(platform: str, entry: str, shape: str) -> str:
+    return f"results/{platform}/tuning/{entry}/{shape}.json"
+
+
 class Plan:
     """What a validated config plans: the platforms to run, each entry's shapes, tiles and outputs.
     Constructing it resolves ``run_on`` and checks every planned platform's catalogue entry."""
@@ -510,6 +532,106 @@ class Plan:
         self.families = sorted({self.impl(v).family for v in self.entries} - {"baseline"})
         for platform in self.run_on:
             self.run_arch(platform)  # a planned platform must be complete before anything runs
+        self.selection = config.setdefault("tile_selection", {})
+        self.selection.setdefault("model_picks", 1)
+        self.selection.setdefault("tune_candidates", 4)
+        self._choices: dict = {}
+        self._models: dict = {}
+
+    # ------------------------------------------------------------ the shape zoo
+    def zoo_layers(self) -> dict[str, list[str]]:
+        """{shape: ["<model> <layer>", ...]} of the zoo (a shape two layers share lists both)."""
+        out: dict[str, list[str]] = {}
+        for layer in self.config.get("zoo", {}).get("layers", []):
+            for M in layer["M"]:
+                out.setdefault(f"{M}x{layer['N']}x{layer['K']}", []).append(f"{layer['model']} {layer['layer']}")
+        return out
+
+    def zoo_entries(self) -> list[str]:
+        """The entries that time the zoo: the config's zoo entries and the entries of their peers."""
+        own = [e for e in self.config.get("zoo", {}).get("entries", []) if e in self.entries]
+        peers = {b for e in own for b in (self.impl(e).baseline, self.impl(e).second_baseline) if b}
+        return own + [e for e in self.entries if e not in own and self.impl(e).name in peers]
+
+    def zoo_shapes(self, entry: str) -> list[str]:
+        """The zoo shapes an entry times beyond its own GPU sweep ([] if it does not time the zoo)."""
+        if entry not in self.zoo_entries():
+            return []
+        sweep = set(self.variant_shapes(entry, "gpu"))
+        return [s for s in self.zoo_layers() if s not in sweep]
+
+    def zoo_dists(self, entry: str) -> list[str]:
+        return [d for d in self.config.get("zoo", {}).get("distributions", []) if d in self.variant_dists(entry)] \
+            if self.zoo_shapes(entry) else []
+
+    def gpu_shapes(self, entry: str, dist: str | None = None) -> list[str]:
+        """Every GPU shape an entry times (at ``dist``; None: at any of its distributions): its sweep and its zoo."""
+        zoo = self.zoo_shapes(entry) if dist is None or dist in self.zoo_dists(entry) else []
+        return self.variant_shapes(entry, "gpu") + zoo
+
+    # ------------------------------------------------------------ tile selection (harness/selection.py)
+    def selects(self, entry: str, target: str) -> bool:
+        """Whether an entry's tiles on ``target`` are selected (tuned or modelled), not listed: its kernel has
+        a tile space for the target and the config lists no tiles for that target by name."""
+        v = self.impl(entry)
+        listed = self.config["variants"][entry].get("tiles", {})
+        return v.tile_space is not None and v.tile_space.covers(v, target) and target not in listed
+
+    def reference_platform(self, arch: str) -> str | None:
+        """The platform a plan selects ``arch``'s tiles for when no GPU platform of it is planned (the
+        compile check): the first planned one of that arch, else the catalogue's first."""
+        for p in [*self.run_on, *self.config["platforms"]]:
+            if p != "cpu" and self.config["platforms"].get(p, {}).get("arch") == arch:
+                return p
+        return None
+
+    def platform_model(self, platform: str):
+        """The cost model of a platform, with the constants fitted to its measurements when the committed
+        table has them (results/published/<platform>/tuning/calibration.json)."""
+        from harness.selection import PlatformModel, load_calibration
+
+        if platform not in self._models:
+            self._models[platform] = PlatformModel.from_config(platform, self.config["platforms"][platform],
+                                                               load_calibration(platform))
+        return self._models[platform]
+
+    def choice(self, entry: str, platform: str, shape: str):
+        """The tiles an entry runs at a shape on a GPU platform, and where they come from (harness/selection.py)."""
+        from harness.selection import Choice, model_picks, tuned
+
+        key = (entry, platform, shape)
+        if key not in self._choices:
+            spec = self.config["platforms"][platform]
+            v = self.impl(entry)
+            rec, path, why = tuned(platform, entry, v.name, shape, spec["arch"], spec["match"])
+            if rec is not None:
+                self._choices[key] = Choice([rec["winner"]], "tuned", record=path)
+            else:
+                picks = model_picks(v, shape, self.platform_model(platform), self.selection["model_picks"])
+                self._choices[key] = Choice(picks, "model", why)
+        return self._choices[key]
+
+    def tune_candidates(self, entry: str, platform: str, shape: str) -> list[tuple[str, float]]:
+        """(tile, predicted µs) of the model's best ``tune_candidates`` tiles for one shape."""
+        from harness.selection import rank
+
+        return [(t.name, round(us, 3)) for t, us in
+                rank(self.impl(entry), *parse_shape(shape), self.platform_model(platform))[:self.selection["tune_candidates"]]]
+
+    def tune_entries(self, platform: str) -> list[str]:
+        """The entries a platform tunes: TileLang entries whose tiles on its arch are selected."""
+        arch = self.run_arch(platform)
+        return [e for e in self.entries if arch and self.is_tilelang(e) and self.selects(e, arch)]
+
+    def tune_points(self, entry: str) -> list[tuple[str, str]]:
+        """(shape, distribution) of every GPU shape a tune job of the entry times: the inputs of its first
+        distribution that has that shape (tiles do not depend on the values)."""
+        out = [(s, self.variant_dists(entry)[0]) for s in self.variant_shapes(entry, "gpu")]
+        return out + [(s, self.zoo_dists(entry)[0]) for s in self.zoo_shapes(entry)]
+
+    def tune_outputs(self, platform: str, entries=None) -> list[str]:
+        return [tune_record(platform, e, s) for e in (entries or self.tune_entries(platform)) for s, _ in self.tune_points(e)
+                if e in self.tune_entries(platform)]
 
     def impl(self, entry: str):
         """The registered variant a config entry runs (entries may reuse one under another sweep)."""
@@ -548,12 +670,19 @@ class Plan:
         return tiles.get(target) or tiles.get("default", [])
 
     def tiles_for(self, entry: str, target: str) -> list[str]:
-        """Every tile an entry has for a target, over all shape classes (in config order, once each)."""
+        """Every tile an entry has for a target, over all shape classes (in config order, once each); a
+        selected entry: its selected tiles at the compile-check shapes."""
+        if self.selects(entry, target):
+            return list(dict.fromkeys(t for s in self.config["sweeps"]["cpu_compile"]
+                                      for t in self.tiles_for_shape(entry, target, s)))
         tiles = self._target_tiles(entry, target)
         return list(dict.fromkeys(t for ts in tiles.values() for t in ts)) if isinstance(tiles, dict) else tiles
 
-    def tiles_for_shape(self, entry: str, target: str, shape: str) -> list[str]:
-        """The tiles an entry runs at one shape on a target: its shape class's, or the one list for all shapes."""
+    def tiles_for_shape(self, entry: str, target: str, shape: str, platform: str | None = None) -> list[str]:
+        """The tiles an entry runs at one shape on a target: selected (``choice`` on ``platform``, default the
+        target's reference platform), or listed: its shape class's, or the one list for all shapes."""
+        if self.selects(entry, target):
+            return self.choice(entry, platform or self.reference_platform(target), shape).tiles
         tiles = self._target_tiles(entry, target)
         if isinstance(tiles, dict):
             return tiles[shape_class(*parse_shape(shape), self.config["shape_classes"])]
@@ -564,23 +693,33 @@ class Plan:
         the sweeps.cpu_compile shapes (a cross-compile does not depend on the host)."""
         return [(t, tile, self.config["sweeps"]["cpu_compile"]) for t in self.targets for tile in self.tiles_for(entry, t)]
 
+    def gpu_platforms(self, target: str) -> list[str]:
+        """The planned GPU platforms of an arch (its reference platform when none is planned)."""
+        planned = [p for p in self.run_on if p != "cpu" and self.run_arch(p) == target]
+        return planned or [p for p in [self.reference_platform(target)] if p]
+
+    def shape_tiles(self, entry: str, target: str) -> dict[str, list[str]]:
+        """{GPU shape: tiles} of an entry on a target, over its planned platforms of that arch."""
+        return {s: list(dict.fromkeys(t for p in self.gpu_platforms(target) for t in self.tiles_for_shape(entry, target, s, p)))
+                for s in self.gpu_shapes(entry)}
+
     def sweep_shapes(self, entry: str, target: str, tile: str) -> list[str]:
-        """The GPU shapes a tile is compiled at and run on: those of the entry whose class lists it."""
-        return [s for s in self.variant_shapes(entry, "gpu") if tile in self.tiles_for_shape(entry, target, s)]
+        """The GPU shapes a tile is compiled at and run on: those where the entry runs it (listed or selected)."""
+        return [s for s, tiles in self.shape_tiles(entry, target).items() if tile in tiles]
 
     def sweep_tiles(self, entry: str, target: str) -> list[str]:
-        return [t for t in self.tiles_for(entry, target) if self.sweep_shapes(entry, target, t)]
+        return list(dict.fromkeys(t for tiles in self.shape_tiles(entry, target).values() for t in tiles))
 
     def input_formats(self, shape: str) -> list[str]:
         """Every input format some entry needs at this shape, on any host kind (one inputs job writes them all)."""
-        return sorted({self.impl(v).input_format for v in self.entries for k in ("cpu", "gpu")
-                       if shape in self.variant_shapes(v, k)})
+        return sorted({self.impl(v).input_format for v in self.entries
+                       if shape in self.variant_shapes(v, "cpu") or shape in self.gpu_shapes(v)})
 
     def input_sets(self) -> dict[str, tuple[tuple[str, ...], list[str]]]:
         """{name: (formats, shapes)} for the build_inputs_<name> rules: the shapes of every sweep grouped by
         the formats they need. The name lists the families of those formats' variants (a number is added
         should two sets share it)."""
-        shapes = [s for v in self.entries for k in ("cpu", "gpu") for s in self.variant_shapes(v, k)]
+        shapes = [s for v in self.entries for s in self.variant_shapes(v, "cpu") + self.gpu_shapes(v)]
         groups: dict[tuple[str, ...], list[str]] = {}
         for shape in dict.fromkeys(shapes):
             groups.setdefault(tuple(self.input_formats(shape)), []).append(shape)
@@ -594,8 +733,12 @@ class Plan:
         return sets
 
     def run_outputs(self, platform: str, entries=None) -> list[str]:
-        return [f"results/{platform}/{v}/{d}/{s}.json" for v in (entries or self.entries) for d in self.variant_dists(v)
-                for s in self.variant_shapes(v, kind(platform))]
+        """Every run file of a platform (of ``entries``): each entry's sweep, and on a GPU platform its zoo."""
+        sweep = [f"results/{platform}/{v}/{d}/{s}.json" for v in (entries or self.entries) for d in self.variant_dists(v)
+                 for s in self.variant_shapes(v, kind(platform))]
+        zoo = [f"results/{platform}/{v}/{d}/{s}.json" for v in (entries or self.entries) for d in self.zoo_dists(v)
+               for s in self.zoo_shapes(v)] if kind(platform) == "gpu" else []
+        return sweep + zoo
 
     def compile_outputs(self, platform: str, entries=None) -> list[str]:
         """The compile records of a platform's report (of ``entries``, default all): every target's check
@@ -612,9 +755,9 @@ class Plan:
         if not own:
             raise ConfigError(f"variants: no entry of family {family!r} (families: {', '.join(self.families)})")
         peers = {b for e in own for b in (self.impl(e).baseline, self.impl(e).second_baseline) if b}
-        shapes = {s for e in own for s in self.variant_shapes(e, "gpu")}
+        shapes = {s for e in own for s in self.gpu_shapes(e)}
         return own + [e for e in self.entries if e not in own and self.impl(e).name in peers
-                      and shapes & set(self.variant_shapes(e, "gpu"))]
+                      and shapes & set(self.gpu_shapes(e))]
 
     def peer_entry(self, entry: str, role: str, dist: str, shape: str) -> str | None:
         """The config entry that times an entry's peer (``role``: "baseline", the matched peer, or
@@ -622,7 +765,7 @@ class Plan:
         that distribution and shape. Its run record says whether the peer passed its checks there."""
         peer = getattr(self.impl(entry), role)
         return next((e for e in self.entries if peer and self.impl(e).name == peer and dist in self.variant_dists(e)
-                     and shape in self.variant_shapes(e, "gpu")), None)
+                     and shape in self.gpu_shapes(e, dist)), None)
 
     def peer_points(self, entry: str, platform: str, dist: str) -> dict[str, dict[str, dict]]:
         """Per GPU shape of an entry, its peers by role (those some entry times there): the peer's entry,
@@ -630,7 +773,7 @@ class Plan:
         out: dict[str, dict[str, dict]] = {}
         if kind(platform) != "gpu" or self.impl(entry).family == "baseline" or dist not in self.variant_dists(entry):
             return out
-        for shape in self.variant_shapes(entry, "gpu"):
+        for shape in self.gpu_shapes(entry, dist):
             for role in ("baseline", "second_baseline"):
                 if (peer := self.peer_entry(entry, role, dist, shape)) is not None:
                     v = self.impl(peer)
@@ -645,8 +788,8 @@ class Plan:
         if entry not in self.entries:
             raise UnplannedTarget(f"{where}: no config entry {entry!r}; entries: {', '.join(self.entries)}")
         arch = self.run_arch(platform)
-        tiles = self.tiles_for(entry, arch) if self.is_tilelang(entry) else [LIBRARY]
-        for what, value, known in (("shape", shape, self.variant_shapes(entry, "gpu")),
+        tiles = self.sweep_tiles(entry, arch) if self.is_tilelang(entry) else [LIBRARY]
+        for what, value, known in (("shape", shape, self.gpu_shapes(entry, dist)),
                                    ("distribution", dist, self.variant_dists(entry)), (f"tile on {arch}", tile, tiles)):
             if value not in known:
                 raise UnplannedTarget(f"{where}: {entry} times no {what} {value!r}; it times: {', '.join(known)}")

@@ -26,7 +26,7 @@ from kernels.tiles import parse_shape, parse_tile
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _compile(job: tuple[str, str, str, str]) -> dict:
+def compile_job(job: tuple[str, str, str, str]) -> dict:
     """One compile record (fills TileLang's cache, so the timed run loads it); runs in a worker."""
     name, shape, tile, arch = job
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     config = None if args.compile_only else load_config(args.config)
     jobs = [(n, s, t, args.arch) for n, ts in plan.items() for s in shapes for t in ts]
     with ProcessPoolExecutor(max(1, min(args.jobs, len(jobs)))) as pool:
-        compiled = list(pool.map(_compile, jobs))
+        compiled = list(pool.map(compile_job, jobs))
     rows = compiled
     if not args.compile_only:
         rows = _run(plan, shapes, compiled, args, config)

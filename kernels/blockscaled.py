@@ -25,6 +25,7 @@ import torch
 from kernels.blockscaled_formats import DEEPSEEK_1X128_128X128, GENERIC_G128, MX_BLOCK_K, MXFP8_E4M3_B32, PROMOTION_K
 from kernels.blockscaled_g128 import blockscaled_g128_kernel, blockscaled_g128_shape_limit, launch_blockscaled_g128
 from kernels.blockscaled_sm90 import (
+    BLOCKSCALED_SM90_TILES,
     blockscaled_sm90_kernel,
     blockscaled_sm90_shape_limit,
     blockscaled_sm90_tile_problem,
@@ -117,6 +118,7 @@ BLOCKSCALED_SM90 = register(
     instructions={"sm_90a": _SM90_FP8_WGMMA}, sass={"sm_90a": FP8_QGMMA["e4m3"]},
     unsupported={"sm_89": WGMMA_ONLY, "sm_100a": WGMMA_ONLY}, pass_configs={"sm_90a": WS_PASS_CONFIGS},
     shape_limit=blockscaled_sm90_shape_limit, tile_check=blockscaled_sm90_tile_problem,
+    tile_space=BLOCKSCALED_SM90_TILES,
     # promoted every 128 K into full fp32, like cuBLAS's blockwise call (which forbids fast
     # accumulation); the tensorwise promoted cuBLAS call is the second column
     baseline=CUBLAS_BLOCKWISE_FP8.name, second_baseline=CUBLAS_FP8_E4M3.name,

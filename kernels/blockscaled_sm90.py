@@ -34,6 +34,7 @@ import torch
 from kernels.blockscaled_g128 import blockscaled_g128_shape_limit
 from kernels.formats import ceil_div, check_gemm_shape, round_up
 from kernels.registry import Operands, refuse_shape
+from kernels.tile_space import TileSpace, grouped_panel, warpgroup_threads
 from kernels.tiles import Tile
 from kernels.warp_specialized import H200_SMS, ROWS_PER_CONSUMER, TMA_PRODUCER, WARPGROUP, Skeleton, launch, tile_problem
 
@@ -60,6 +61,12 @@ def blockscaled_sm90_tile_problem(tile: Tile) -> str | None:
     if tile.promote or tile.swap_ab:
         return f"tile {tile.name}: the kernel promotes every K block and does not swap A and B (no _p, no _swapab)"
     return tile_problem(tile, blockscaled_sm90_smem_bytes(tile))
+
+
+# the tiles the selection ranks (kernels/tile_space.py): the block_N and block_K the scale blocks allow
+BLOCKSCALED_SM90_TILES = TileSpace(block_M=(64, 128), block_N=(64, 128, 256), block_K=(SCALE_BLOCK,),
+                                   threads=warpgroup_threads, max_stages=8, swizzle=grouped_panel,
+                                   persistent=True, arches=("sm_90a",))
 
 
 def blockscaled_sm90_shape_limit(M: int, N: int, K: int) -> str | None:

@@ -12,6 +12,7 @@ warp-specialized ``kernels.fp8_ws`` (fp8_e4m3_ws, fp8_e5m2_ws, fp8_e4m3_ws_promo
 peers are in ``kernels.peers``. TileLang evaluates a prim_func's annotations with the factory's closure
 variables, so this module must not use ``from __future__ import annotations``.
 """
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -19,7 +20,7 @@ import torch
 from kernels.formats import format_operands
 from kernels.fp8_formats import FP8, FP8_E4M3_TENSOR, FP8_E5M2_TENSOR
 from kernels.fp8_pipelined import fp8_pipelined_kernel, launch_fp8_pipelined, prepare_fp8_pipelined
-from kernels.fp8_ws import fp8_ws_kernel, fp8_ws_shape_limit, fp8_ws_tile_check
+from kernels.fp8_ws import FP8_WS_TILES, fp8_ws_kernel, fp8_ws_shape_limit, fp8_ws_tile_check
 from kernels.peers import cublaslt_fp8_shape_limit, launch_cublas_fp8_e4m3
 from kernels.registry import Operands, register
 from kernels.warp_specialized import PASS_CONFIGS as WS_PASS_CONFIGS
@@ -96,6 +97,8 @@ def _ws(name: str, kind: str, promoted: bool) -> dict:
         instructions={"sm_90a": FP8_WGMMA_SS[kind]}, sass={"sm_90a": FP8_QGMMA[kind]},
         unsupported={"sm_89": WGMMA_ONLY, "sm_100a": WGMMA_ONLY}, pass_configs={"sm_90a": WS_PASS_CONFIGS},
         shape_limit=fp8_ws_shape_limit, tile_check=partial(fp8_ws_tile_check, name=name, promoted=promoted),
+        # the promoted kernel's tiles promote every 2 K blocks (256 products at block_K 128, cuBLAS: 128)
+        tile_space=replace(FP8_WS_TILES, promote=2) if promoted else FP8_WS_TILES,
         description=f"TileLang {kind}×{kind} GEMM, warp-specialized and persistent (kernels/fp8_ws.py): a TMA "
         "producer warpgroup feeds one or two wgmma consumer warpgroups that keep one batch in flight; grouped "
         f"raster, TMA-store epilogue (a _swapab tile computes Cᵀ for small M); accumulated {accumulation}; "

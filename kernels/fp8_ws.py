@@ -29,6 +29,7 @@ Like ``kernels.warp_specialized``, this module must not use ``from __future__ im
 """
 from kernels.formats import check_gemm_shape
 from kernels.registry import Unsupported
+from kernels.tile_space import TileSpace, grouped_panel, warpgroup_threads
 from kernels.tiles import Tile
 from kernels.warp_specialized import H200_SMS, ROWS_PER_CONSUMER, TMA_PRODUCER, WARPGROUP, Skeleton, launch, tile_problem
 
@@ -37,6 +38,14 @@ def smem_bytes(tile: Tile, in_bytes: int = 1, out_bytes: int = 2) -> int:
     """Dynamic shared memory: the ring of A and B blocks, plus the output block the TMA store reads."""
     ring = tile.num_stages * (tile.block_M + tile.block_N) * tile.block_K * in_bytes
     return ring + (0 if tile.swap_ab else tile.block_M * tile.block_N * out_bytes)
+
+
+# the tiles the selection ranks (kernels/tile_space.py): any wgmma N in steps of 16 (a non-power-of-two
+# block_N evens the last wave out), block_K one to four wgmma K groups of 128, and for M <= 64 the
+# swapped form, where M becomes the wgmma's N
+FP8_WS_TILES = TileSpace(block_M=(64, 128), block_N=tuple(range(16, 257, 16)), block_K=(128, 256, 512),
+                         threads=warpgroup_threads, max_stages=10, swizzle=grouped_panel, swap_ab=True,
+                         persistent=True, arches=("sm_90a",))
 
 
 def fp8_ws_shape_limit(M: int, N: int, K: int) -> str | None:

@@ -22,7 +22,7 @@ from kernels.int4_formats import INT4_TENSOR, INT4_TENSOR_UNPACKED_S8, int_opera
 from kernels.int4_mma import PASS_CONFIGS as INT4_MMA_PASS_CONFIGS
 from kernels.int4_mma import int4_mma_kernel, launch_int4_mma
 from kernels.int4_unpack_s8 import int4_unpack_s8_kernel, int4_unpack_s8_shape_limit, launch_int4_unpack_s8
-from kernels.int4_ws import int4_ws_kernel, int4_ws_shape_limit, int4_ws_tile_problem
+from kernels.int4_ws import INT4_WS_TILES, int4_ws_kernel, int4_ws_shape_limit, int4_ws_tile_problem
 from kernels.int8_tilelang import int8_tilelang_kernel, launch_int8_tilelang
 from kernels.peers import int8_torch_int_mm_shape_limit, launch_int8_torch_int_mm
 from kernels.registry import Operands, register
@@ -177,6 +177,7 @@ INT4_WS = register(
     kernel=int4_ws_kernel, out_idx=(2,), instructions={"sm_90a": S8_WGMMA_RS}, sass={"sm_90a": S8_IGMMA},
     self_checks=int4_self_checks, unsupported=_hopper_only(INT8_TILELANG.name),
     pass_configs={"sm_90a": WS_PASS_CONFIGS}, shape_limit=int4_ws_shape_limit, tile_check=int4_ws_tile_problem,
+    tile_space=INT4_WS_TILES,
     baseline=INT8_TORCH_INT_MM.name, second_baseline=INT8_TILELANG.name,
     description="TileLang int4 GEMM for Hopper, warp-specialized and persistent (kernels/int4_ws.py): a TMA warp "
     "loads packed int4, three producer warps decode B to int8 in shared memory, one or two consumer warpgroups "

@@ -38,6 +38,7 @@ import math
 
 from kernels.formats import check_gemm_shape
 from kernels.registry import Unsupported
+from kernels.tile_space import TileSpace, grouped_panel, warpgroup_threads
 from kernels.tiles import Tile
 from kernels.warp_specialized import (
     DECODING_PRODUCER,
@@ -90,6 +91,13 @@ def int4_ws_tile_problem(tile: Tile) -> str | None:
     if tile.promote or tile.swap_ab:
         return f"tile {tile.name}: int4_ws has no promotion (_p) or operand swap (_swapab); integer sums are exact"
     return tile_problem(tile, int4_ws_smem_bytes(tile), DECODING_PRODUCER)
+
+
+# the tiles the selection ranks (kernels/tile_space.py): block_N in steps of 32 (the decoders' rows),
+# block_K 64 or 128 (the decoded ring's depth is what hides the decode)
+INT4_WS_TILES = TileSpace(block_M=(64, 128), block_N=tuple(range(64, 257, 32)), block_K=(64, 128),
+                          threads=warpgroup_threads, max_stages=8, swizzle=grouped_panel, persistent=True,
+                          arches=("sm_90a",))
 
 
 def int4_ws_shape_limit(M: int, N: int, K: int) -> str | None:

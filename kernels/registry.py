@@ -99,6 +99,9 @@ class Variant:
     # tile -> why this variant's kernel cannot take it, or None; None here: plain tiles only (no
     # ``_p`` promotion, no ``_swapab``), since a kernel that ignored them would mislabel its rows
     tile_check: Callable[[object], str | None] | None = None
+    # the tiles its kernel can take (kernels/tile_space.py): what the tile selection ranks and the tune
+    # step times; None: its tiles come from config.yaml only
+    tile_space: object | None = None
     description: str = ""
 
 

@@ -13,7 +13,7 @@ REPO = Path(workflow.basedir)  # on sys.path first (the Snakefile puts it there)
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from harness.plan import (  # noqa: E402
-    ConfigError, Plan, UnplannedTarget, kind, published_points, reference_signature, sweep_record, validate)
+    ConfigError, Plan, UnplannedTarget, kind, published_points, reference_signature, sweep_record, tune_record, validate)
 from harness.records import failure_lines  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS  # noqa: E402
@@ -41,7 +41,10 @@ GPU_PLATFORM = "|".join(sorted(config["platforms"]))
 # what the rules plan with (harness/plan.py)
 impl, is_tilelang, variant_shapes, check_compile_jobs = PLAN.impl, PLAN.is_tilelang, PLAN.variant_shapes, PLAN.check_compile_jobs
 tiles_for_shape, sweep_shapes, sweep_tiles, run_outputs = PLAN.tiles_for_shape, PLAN.sweep_shapes, PLAN.sweep_tiles, PLAN.run_outputs
-peer_points = PLAN.peer_points
+peer_points, zoo_shapes, zoo_dists, zoo_layers = PLAN.peer_points, PLAN.zoo_shapes, PLAN.zoo_dists, PLAN.zoo_layers
+tune_points, tune_outputs, tune_entries = PLAN.tune_points, PLAN.tune_outputs, PLAN.tune_entries
+# the entries a tune rule exists for: TileLang entries whose kernel has a tile space (kernels/tile_space.py)
+TUNABLE = [v for v in RUN_VARIANTS if is_tilelang(v) and impl(v).tile_space is not None]
 
 
 def platform_spec(platform):
@@ -142,11 +145,11 @@ def format_code(formats):
     return import_closure(sorted(own | set(modules)), REPO, scripts)
 
 
-def run_inputs(variant, kind):
-    """All shapes of one (variant, distribution): inputs, the code they depend on, and on a GPU platform
-    its own arch's kernels compiled at those shapes (nothing of any other target)."""
+def run_inputs(variant, kind, zoo=False):
+    """All shapes of one (variant, distribution) (``zoo``: its zoo shapes): inputs, the code they depend on,
+    and on a GPU platform its own arch's kernels compiled at those shapes (nothing of any other target)."""
     def inputs(wc):
-        shapes = variant_shapes(variant, kind)
+        shapes = zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
         fmt = impl(variant).input_format
         files = {"fp32": [f"results/inputs/{wc.dist}/{s}/fp32.pt" for s in shapes],
                  "formats": [f"results/inputs/{wc.dist}/{s}/formats/{fmt}.pt" for s in shapes],
@@ -163,17 +166,28 @@ def run_inputs(variant, kind):
     return inputs
 
 
-def run_params(variant, kind):
+def tile_choices(variant, platform, shapes):
+    """{shape: {"tiles", "source", "record", "why"}} of the shapes whose tiles are selected (harness/selection.py)."""
+    arch = run_arch(platform)
+    return {s: vars(PLAN.choice(variant, platform, s)) for s in shapes if PLAN.selects(variant, arch)}
+
+
+def run_params(variant, kind, zoo=False):
     """A run job's params. Snakemake reruns a job whose params change, so a CPU emulation gets none of what
-    only a GPU run uses (timing, tiles, peers): changing those never reruns it."""
+    only a GPU run uses (timing, tiles, peers): changing those never reruns it. ``zoo``: the zoo's shapes."""
     gpu = kind == "gpu"
-    return {"variant": impl(variant).name, "entry": variant, "shapes": variant_shapes(variant, kind),
+    shapes = zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
+    return {"variant": impl(variant).name, "entry": variant, "shapes": shapes,
             "tolerance": config["variants"][variant]["tolerance"], "timing": config["timing"] if gpu else None,
             "platform_spec": (lambda wc: platform_spec(wc.platform)) if gpu else None,
             "arch": (lambda wc: run_arch(wc.platform)) if gpu else None,
             # shape -> the tiles of its class
-            "tiles": (lambda wc: {s: tiles_for_shape(variant, run_arch(wc.platform), s) for s in variant_shapes(variant, kind)})
+            "tiles": (lambda wc: {s: tiles_for_shape(variant, run_arch(wc.platform), s, wc.platform) for s in shapes})
             if gpu else {},
+            # shape -> where its tiles come from (tuned record, model), for the run record
+            "tile_choice": (lambda wc: tile_choices(variant, wc.platform, shapes)) if gpu else {},
+            # shape -> the zoo layers it is (model and layer)
+            "zoo": {s: zoo_layers()[s] for s in shapes if s in zoo_layers()} if gpu else {},
             # shape -> role -> the peer's entry, run record and input file (paired timing)
             "peers": (lambda wc: peer_points(variant, wc.platform, wc.dist)) if gpu else {}}
 

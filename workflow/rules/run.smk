@@ -56,6 +56,34 @@ for _variant in RUN_VARIANTS:
             "../scripts/run_variant.py"
 
 
+# The shape zoo (config zoo): the same run, at the zoo's shapes and distributions, for its entries and
+# their peers; `--forcerun run_<variant>_zoo` reruns one variant's zoo.
+for _variant in [v for v in RUN_VARIANTS if zoo_shapes(v)]:
+
+    rule:
+        name:
+            f"run_{_variant}_zoo"
+        input:
+            unpack(run_inputs(_variant, "gpu", zoo=True)),
+        output:
+            [f"results/{{platform}}/{_variant}/{{dist}}/{shape}.json" for shape in zoo_shapes(_variant)],
+        wildcard_constraints:
+            platform=GPU_PLATFORM,
+            dist="|".join(zoo_dists(_variant)),
+        params:
+            **run_params(_variant, "gpu", zoo=True),
+        resources:
+            **{name: gpu_resource(name) for name in GPU_RESOURCES},
+        group:
+            "gpu_{platform}"
+        conda:
+            "../../envs/gpu.yaml"
+        log:
+            f"results/logs/{{platform}}/{_variant}/{{dist}}_zoo.log",
+        script:
+            "../scripts/run_variant.py"
+
+
 rule measure_ceilings:
     input:
         code=import_closure(["harness.ceilings", "harness.device"], REPO, ["workflow/scripts/measure_ceilings.py"]),

@@ -104,6 +104,11 @@ for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.f
              "ops_unit": variant.ops_unit, "precision": variant.precision,
              "baseline": variant.baseline, "second_baseline": variant.second_baseline,
              "input_sha256": sha, "log": str(snakemake.log[0])}
+    if p.arch is not None:  # where its tiles come from, and which shape set it belongs to (sweep or zoo)
+        choice = p.tile_choice.get(shape, {})
+        point |= {"shape_set": "zoo" if shape in p.zoo else "sweep", "zoo_layer": "; ".join(p.zoo.get(shape, [])) or None,
+                  "tile_source": choice.get("source") or ("config" if variant.kernel is not None else None),
+                  "tile_record": choice.get("record") or None, "tile_why": choice.get("why") or None}
     for r in rows:
         print(shape, r.get("tile"), r.get("status"), r.get("reason"), r.get("throughput"), flush=True)
     # paired_samples: each power state's per-round times of every contender, from which the ratios come

@@ -1,0 +1,392 @@
+"""Tile selection: which tile a run times for a (platform, variant, shape), chosen without a GPU.
+
+Three sources, in this order (``choose``):
+
+1. **config overrides**: tiles listed for the target in config.yaml (``variants.<v>.tiles.<target>``), kept
+   for experiments;
+2. **the tuned table**: the winner of a ``tune`` job for exactly this (variant, shape, arch, GPU, TileLang,
+   nvcc, kernel source), from this checkout's results/<platform>/tuning/ or the committed
+   results/published/<platform>/tuning/; a record whose key no longer matches is stale and not used;
+3. **the model**: the variant's tiles for the shape (kernels/tile_space.py) ranked by ``predict_us``, a
+   cost model of the platform (SM count, shared memory, wave quantization, per-SM tensor rate, latency
+   and bandwidth), whose per-variant constants are fitted to that platform's measurements (``calibrate``).
+
+Design and numbers: docs/design/tile_selection.md.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from kernels.formats import ceil_div
+from kernels.registry import Variant, bytes_per_element
+from kernels.tile_space import candidates
+from kernels.tiles import Tile, parse_shape, parse_tile
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- the cost model
+@dataclass(frozen=True)
+class Constants:
+    """A variant's fitted constants on one platform (``calibrate``), each with a physical meaning:
+
+    - ``mma_eff``: fraction of the datasheet tensor rate a wide tile's wgmma stream reaches;
+    - ``n_half``: the block_N at which that rate halves (per-instruction overhead of narrow wgmma);
+    - ``one_consumer``: rate of a 64-row tile (one consumer warpgroup) relative to two;
+    - ``latency_us``: the load latency the ring's stages hide (Little's law: a K block per latency/stages);
+    - ``sm_GBps``: the most one SM pulls from L2/HBM;
+    - ``tile_us``: per-tile cost outside the K loop (ring fill after the epilogue, the store);
+    - ``hbm_eff``: fraction of the datasheet HBM bandwidth the kernel streams its unique bytes at;
+    - ``launch_us``: launch and tail, once per call."""
+
+    mma_eff: float = 0.80
+    n_half: float = 12.0
+    one_consumer: float = 0.90
+    latency_us: float = 1.2
+    sm_GBps: float = 60.0
+    tile_us: float = 0.8
+    hbm_eff: float = 0.85
+    launch_us: float = 4.0
+
+    FITTED = ("mma_eff", "n_half", "one_consumer", "latency_us", "sm_GBps", "tile_us", "hbm_eff")
+
+
+@dataclass(frozen=True)
+class PlatformModel:
+    """What the model knows of a GPU platform (config ``platforms.<slug>``): SMs, datasheet peaks, HBM, arch."""
+
+    slug: str
+    arch: str
+    sms: int
+    peak: dict
+    hbm_TBps: float
+    constants: dict = field(default_factory=dict)  # variant -> Constants
+
+    @classmethod
+    def from_config(cls, slug: str, spec: dict, calibration: dict | None = None) -> PlatformModel:
+        fitted = {v: Constants(**c) for v, c in (calibration or {}).get("constants", {}).items()}
+        return cls(slug, spec["arch"], spec["sms"], dict(spec["peak"]), spec["hbm_TBps"], fitted)
+
+    def of(self, variant: Variant) -> Constants:
+        return self.constants.get(variant.name, Constants())
+
+
+def predict_us(variant: Variant, M: int, N: int, K: int, tile: Tile, platform: PlatformModel,
+               c: Constants | None = None) -> float:
+    """Predicted time of one call, in µs: the slowest SM's tiles (waves of the persistent grid) each a K
+    loop bounded by the tensor rate, the SM's load bandwidth or the ring's latency, and at least the
+    unique bytes at HBM speed."""
+    c = c or platform.of(variant)
+    a_bytes, b_bytes, c_bytes = bytes_per_element(variant.name)
+    if tile.swap_ab:
+        M, N, a_bytes, b_bytes = N, M, b_bytes, a_bytes
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    tiles = ceil_div(M, bM) * ceil_div(N, bN)
+    k_blocks = ceil_div(K, bK)
+    grid = min(tiles, platform.sms)
+    waves = ceil_div(tiles, grid)
+    peak = (platform.peak.get(variant.precision) or 1.0) * 1e12 / platform.sms  # ops/s per SM
+    rate = peak * c.mma_eff * bN / (bN + c.n_half) * (c.one_consumer if bM == 64 else 1.0)
+    t_mma = 2.0 * bM * bN * bK / rate
+    stage_bytes = bM * bK * a_bytes + bN * bK * b_bytes
+    bandwidth = min(c.sm_GBps * 1e9, platform.hbm_TBps * 1e12 * c.hbm_eff * 4 / grid)  # L2 serves ~4x HBM
+    t_load = stage_bytes / bandwidth
+    t_latency = c.latency_us * 1e-6 / tile.num_stages
+    t_tile = k_blocks * max(t_mma, t_load, t_latency) + c.tile_us * 1e-6 + bM * bN * c_bytes / bandwidth
+    unique = M * K * a_bytes + N * K * b_bytes + M * N * c_bytes
+    dram = unique / (platform.hbm_TBps * 1e12 * c.hbm_eff)
+    return (max(waves * t_tile, dram) + c.launch_us * 1e-6) * 1e6
+
+
+def rank(variant: Variant, M: int, N: int, K: int, platform: PlatformModel) -> list[tuple[Tile, float]]:
+    """The variant's tiles at M x N x K on the platform, fastest predicted first (ties: by name)."""
+    scored = [(t, predict_us(variant, M, N, K, t, platform)) for t in candidates(variant, M, N, K, platform.arch)]
+    return sorted(scored, key=lambda x: (round(x[1], 3), x[0].name))
+
+
+# ---------------------------------------------------------------- calibration
+def calibrate(variant: Variant, points: list[tuple[int, int, int, Tile, float]], platform: PlatformModel,
+              steps: int = 300) -> tuple[Constants, dict]:
+    """Fit a variant's ``Constants`` to measured (M, N, K, tile, µs) on the platform: least squares on log
+    time, each constant kept near its physical default (a weak prior), by Adam on log-constants (torch).
+    Returns the constants and the fit's quality: median and worst |log error| before and after."""
+    import torch
+
+    base = Constants()
+    names = Constants.FITTED
+    x0 = torch.tensor([math.log(getattr(base, n)) for n in names], dtype=torch.float64)
+    x = x0.clone().requires_grad_(True)
+    measured = torch.tensor([math.log(p[4]) for p in points], dtype=torch.float64)
+
+    def consts(v):
+        return replace(base, **{n: float(math.exp(v[i])) for i, n in enumerate(names)})
+
+    def loss_of(v):
+        # the model is piecewise (max of bounds): a finite-difference gradient per constant
+        return _log_errors(variant, points, platform, consts(v), measured)
+
+    best, best_loss = x0.clone(), None
+    opt = torch.optim.Adam([x], lr=0.05)
+    for _ in range(steps):
+        with torch.no_grad():
+            err = loss_of(x.detach().tolist())
+            loss = float((err ** 2).mean() + 0.02 * ((x - x0) ** 2).sum())
+            if best_loss is None or loss < best_loss:
+                best, best_loss = x.detach().clone(), loss
+            grad = torch.zeros_like(x)
+            for i in range(len(names)):
+                y = x.detach().clone()
+                y[i] += 1e-3
+                e2 = loss_of(y.tolist())
+                grad[i] = (float((e2 ** 2).mean() + 0.02 * ((y - x0) ** 2).sum()) - loss) / 1e-3
+        opt.zero_grad()
+        x.grad = grad
+        opt.step()
+    fitted = consts(best.tolist())
+    before = _log_errors(variant, points, platform, base, measured).abs()
+    after = _log_errors(variant, points, platform, fitted, measured).abs()
+    if float((after ** 2).mean()) > float((before ** 2).mean()):  # the prior pulled it off: keep the defaults
+        fitted, after = base, before
+    quality = {"points": len(points), "median_abs_log_error_default": float(before.median()),
+               "median_abs_log_error": float(after.median()), "worst_abs_log_error": float(after.max())}
+    return fitted, quality
+
+
+def _log_errors(variant, points, platform, c: Constants, measured):
+    import torch
+
+    pred = torch.tensor([math.log(predict_us(variant, M, N, K, t, platform, c)) for M, N, K, t, _ in points],
+                        dtype=torch.float64)
+    return pred - measured
+
+
+def calibration_points(tidy, variant: str) -> list[tuple[int, int, int, Tile, float]]:
+    """(M, N, K, tile, µs) of every timed tile of ``variant`` in tidy rows (a run's or a tune's)."""
+    rows = tidy[(tidy["variant"] == variant) & (tidy["status"] == "ok") & tidy["time_ms_median"].notna()]
+    rows = rows[rows["tile"].str.match(r"m[0-9]+n")]
+    best = rows.groupby(["M", "N", "K", "tile"])["time_ms_median"].min().reset_index()
+    return [(int(r.M), int(r.N), int(r.K), parse_tile(r.tile), float(r.time_ms_median) * 1e3) for r in best.itertuples()]
+
+
+# ---------------------------------------------------------------- the tuned table
+def tool_versions() -> dict:
+    """The TileLang and nvcc versions this host compiles with ("unknown" where it has none)."""
+    return {"tilelang": _tilelang_version(), "nvcc": _nvcc_version()}
+
+
+@functools.cache
+def _tilelang_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("tilelang")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def _nvcc_version() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return "unknown"
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    m = re.search(r"release ([0-9.]+)", out)
+    return m.group(1) if m else "unknown"
+
+
+@functools.cache
+def kernel_source_sha256(variant_name: str) -> str:
+    """sha256 over the kernel's sources: its factory's module and every kernels/ module it imports (and
+    their .cuh files), by path and content. A tuned record of other sources is stale."""
+    from harness.deps import import_closure
+    from kernels.registry import get_variant, kernel_module
+
+    module = kernel_module(get_variant(variant_name)).removesuffix(".py").replace("/", ".")
+    files = [f for f in import_closure([module], REPO) if f.startswith("kernels/")]
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.encode() + b"\0" + (REPO / f).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def tune_key(variant: str, shape: str, arch: str, gpu_name: str, versions: dict | None = None) -> dict:
+    """Everything that decides a tuned winner: the kernel (variant, its sources), the problem, the
+    machine (arch, GPU) and the compilers (TileLang, nvcc)."""
+    return {"variant": variant, "shape": shape, "arch": arch, "gpu_name": gpu_name,
+            **(versions or tool_versions()), "source_sha256": kernel_source_sha256(variant)}
+
+
+def tune_record(key: dict, dist: str, input_sha256, candidates: list, rows: list[dict], compiled: dict | None = None,
+                env: dict | None = None) -> dict:
+    """A tune job's record of one shape: its key, every candidate (the model's rank and prediction, the
+    compile's registers and spills, the run's status and times), the winner (the fastest within tolerance,
+    None if none passed) and the model's regret (its first pick's time over the winner's)."""
+    by_tile = {r["tile"]: r for r in rows}
+    out = []
+    for rank_, (tile, predicted) in enumerate(candidates, 1):
+        r, c = by_tile.get(tile, {}), (compiled or {}).get(tile, {})
+        out.append({"tile": tile, "model_rank": rank_, "predicted_us": predicted, "status": r.get("status", "failed"),
+                    "reason": r.get("reason", "not run"), "time_ms_median": r.get("time_ms_median"),
+                    "time_ms_p20": r.get("time_ms_p20"), "time_ms_p80": r.get("time_ms_p80"),
+                    "kernel_calc_diff": r.get("kernel_calc_diff"), "registers": c.get("registers"),
+                    "spills": (c.get("sass_local_loads") or 0) + (c.get("sass_local_stores") or 0) if c else None})
+    timed = [c for c in out if c["status"] == "ok" and c["time_ms_median"]]
+    best = min(timed, key=lambda c: c["time_ms_median"]) if timed else None
+    first = out[0] if out else None
+    regret = (first["time_ms_median"] / best["time_ms_median"]
+              if best and first and first["status"] == "ok" and first["time_ms_median"] else None)
+    return {"key": key, "dist": dist, "input_sha256": input_sha256, "winner": best["tile"] if best else None,
+            "model_pick": first["tile"] if first else None, "regret": regret, "candidates": out, "env": env or {}}
+
+
+def staleness(record: dict, variant: str, shape: str, arch: str, gpu_match: str) -> str | None:
+    """Why a tuned record cannot be trusted for (variant, shape) on a platform of ``arch`` whose GPU name
+    matches ``gpu_match``, or None. Compiler versions this host cannot tell ("unknown") are not compared."""
+    key = record.get("key", {})
+    want = {"variant": variant, "shape": shape, "arch": arch, "source_sha256": kernel_source_sha256(variant)}
+    for name, value in want.items():
+        if key.get(name) != value:
+            return f"{name} differs (tuned: {str(key.get(name))[:16]}, now: {value[:16]})"
+    if not re.search(gpu_match, str(key.get("gpu_name", ""))):
+        return f"tuned on {key.get('gpu_name')!r}, not a GPU matching {gpu_match!r}"
+    for tool, now in tool_versions().items():
+        if now != "unknown" and key.get(tool) not in (now, None) or (now != "unknown" and key.get(tool) is None):
+            return f"{tool} differs (tuned: {key.get(tool)}, now: {now})"
+    if not record.get("winner"):
+        return "no candidate passed"
+    return None
+
+
+def tuning_record_paths(platform: str, entry: str, shape: str, root: Path = REPO) -> list[Path]:
+    """Where a tuned record may be, first found first: this checkout's tune output, then the committed table."""
+    return [root / f"results/{platform}/tuning/{entry}/{shape}.json",
+            *sorted((root / f"results/published/{platform}/tuning").glob(f"*/{entry}/{shape}.json"))]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The tiles a run times at one shape and where they come from: "config", "tuned" or "model"
+    (``why``: a tuned record passed over, and why)."""
+
+    tiles: list[str]
+    source: str
+    why: str = ""
+    record: str = ""
+
+
+def tuned(platform: str, entry: str, variant: str, shape: str, arch: str, gpu_match: str,
+          root: Path = REPO) -> tuple[dict | None, str, str]:
+    """(the fresh tuned record, its path, "") or (None, "", why none is used)."""
+    why = "no tuned record"
+    for path in tuning_record_paths(platform, entry, shape, root):
+        if not path.exists():
+            continue
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            why = f"{path.relative_to(root)}: unreadable ({e})"
+            continue
+        if (stale := staleness(rec, variant, shape, arch, gpu_match)) is None:
+            return rec, str(path.relative_to(root)), ""
+        why = f"{path.relative_to(root)} is stale: {stale}"
+    return None, "", why
+
+
+def model_picks(variant: Variant, shape: str, platform: PlatformModel, n: int) -> list[str]:
+    M, N, K = parse_shape(shape)
+    return [t.name for t, _ in rank(variant, M, N, K, platform)[:n]]
+
+
+def calibration_path(platform: str, root: Path = REPO) -> Path:
+    return root / f"results/published/{platform}/tuning/calibration.json"
+
+
+def load_calibration(platform: str, root: Path = REPO) -> dict | None:
+    """The committed fit of a platform's constants ({"constants": {variant: {...}}, ...}), or None (defaults)."""
+    path = calibration_path(platform, root)
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: unreadable calibration ({e}); remake it: python -m harness.selection calibrate {platform}") from None
+
+
+def to_json(c: Constants) -> dict:
+    return asdict(c)
+
+
+def tune_rows(platform: str, root: Path = REPO):
+    """Every timed candidate of the committed table's records (and this checkout's), as tidy rows."""
+    import pandas as pd
+
+    rows = []
+    for path in sorted({*root.glob(f"results/published/{platform}/tuning/*/*/*.json"), *root.glob(f"results/{platform}/tuning/*/*.json")}):
+        rec = json.loads(path.read_text())
+        M, N, K = parse_shape(rec["key"]["shape"])
+        rows += [{"variant": rec["key"]["variant"], "M": M, "N": N, "K": K, "tile": c["tile"], "status": c["status"],
+                  "time_ms_median": c.get("time_ms_median")} for c in rec["candidates"]]
+    return pd.DataFrame(rows, columns=["variant", "M", "N", "K", "tile", "status", "time_ms_median"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.selection calibrate <platform>``: fit every selected variant's constants to the
+    platform's published measurements (tidy.csv: the timed tiles of its runs) and tune records, and write
+    results/published/<platform>/tuning/calibration.json. ``rank <platform> <variant> <MxNxK>``: the model's
+    ranking of a shape, best first."""
+    import argparse
+    import sys
+
+    import pandas as pd
+
+    from harness.atomic import write_json
+    from harness.plan import load_config
+    from kernels.registry import VARIANTS, get_variant, load_all
+
+    p = argparse.ArgumentParser(prog="python -m harness.selection", description=main.__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("calibrate")
+    c.add_argument("platform")
+    r = sub.add_parser("rank")
+    r.add_argument("platform")
+    r.add_argument("variant")
+    r.add_argument("shape")
+    r.add_argument("--top", type=int, default=10)
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    cfg = load_config()
+    spec = cfg["platforms"][args.platform]
+    load_all()
+    if args.cmd == "rank":
+        model = PlatformModel.from_config(args.platform, spec, load_calibration(args.platform))
+        for tile, us in rank(get_variant(args.variant), *parse_shape(args.shape), model)[:args.top]:
+            print(f"{tile.name:40} {us:10.1f} us")
+        return 0
+    tidy = pd.read_csv(REPO / f"results/published/{args.platform}/tidy.csv", low_memory=False)
+    data = pd.concat([tidy[["variant", "M", "N", "K", "tile", "status", "time_ms_median"]], tune_rows(args.platform)])
+    model = PlatformModel.from_config(args.platform, spec)
+    out = {"platform": args.platform, "constants": {}, "fit": {},
+           "how": "harness.selection.calibrate on the timed tiles of results/published/<platform>/tidy.csv and tuning/"}
+    for name, v in sorted(VARIANTS.items()):
+        points = calibration_points(data, name) if v.tile_space is not None else []
+        if len(points) < 4:
+            continue
+        constants, quality = calibrate(v, points, model)
+        out["constants"][name], out["fit"][name] = to_json(constants), quality
+        print(name, quality)
+    write_json(calibration_path(args.platform), out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
