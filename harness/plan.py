@@ -226,12 +226,15 @@ def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True
 
 
 def check_zoo(cfg: dict) -> None:
-    """Zoo entries are config entries; each layer's shapes are canonical (they name files)."""
+    """Zoo entries are config entries (a registered variant the config does not run is skipped), not library
+    peers, and run the zoo's distributions."""
     zoo = cfg.get("zoo")
     if not zoo:
         return
     for i, entry in enumerate(zoo["entries"]):
         if entry not in cfg["variants"]:
+            if entry in VARIANTS:  # a config that drops the variant (variants: {name: null}) drops its zoo
+                continue
             raise ConfigError(f"zoo.entries.{i}: {entry!r} is not a config entry (variants: {', '.join(cfg['variants'])})")
         if VARIANTS[cfg["variants"][entry].get("uses", entry)].family == "baseline":
             raise ConfigError(f"zoo.entries.{i}: {entry} is a library peer; list the variants, their peers come with them")

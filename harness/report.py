@@ -314,6 +314,49 @@ def power_state_section(sp: pd.DataFrame) -> str:
             "(highlighted).</p>" + table(both, highlight="verdicts", fmt=THR))
 
 
+def shape_sets_section(t: Timed | None) -> str:
+    """The zoo (real models' layers, config ``zoo``) beside the sweep: each variant's geometric mean over
+    either, and the zoo's worst shapes (docs/design/tile_selection.md)."""
+    if t is None or "shape_set" not in t.best:
+        return ""
+    shape_set = t.best.drop_duplicates("shape").set_index("shape")["shape_set"]
+    gates = tables.shape_set_gates(t.speedups, shape_set)
+    if gates.empty:
+        return ""
+    layers = t.best.dropna(subset=["zoo_layer"]).drop_duplicates("shape")[["shape", "zoo_layer"]] \
+        if "zoo_layer" in t.best else pd.DataFrame()
+    return ("<h2>Sweep and zoo</h2><p>The zoo is the linear layers of public models at decode, small-batch and "
+            "prefill token counts (config <code>zoo</code>, each layer with its source). Per variant: the geometric "
+            "mean speedup over the matched peer on the sweep and on the zoo, and the zoo's shapes below 0.90x.</p>"
+            + table(gates, fmt={c: "{:.3f}" for c in ("sweep_geomean", "zoo_geomean", "zoo_worst")})
+            + ("<h3>Zoo shapes</h3>" + table(layers.sort_values("shape")) if len(layers) else ""))
+
+
+def tile_choice_section(t: Timed | None, folder: str | Path | None, peers: Peers, damaged: list | None = None) -> str:
+    """Where each timed tile came from (tuned table, model, config), and the model's regret: its first pick's
+    time over the tuned best, per tuned shape (harness/selection.py)."""
+    if t is None or folder is None:
+        return ""
+    zoo = set(t.best.loc[t.best.get("shape_set", pd.Series(dtype=str)) == "zoo", "shape"]) if "shape_set" in t.best else set()
+    tuning = tables.tuning_table(folder, zoo, damaged)
+    sources = (t.best[t.best["tile"] != "lib"].groupby(["variant", "tile_source"], dropna=False).size()
+               .rename("shapes").reset_index()) if "tile_source" in t.best else pd.DataFrame()
+    if tuning.empty and sources.empty:
+        return ""
+    html_ = ("<h2>Tile choice</h2><p>A variant with a tile space gets, per platform and shape, the tuned table's "
+             "winner while its key holds, else the cost model's pick; tiles listed in the config override both. "
+             "The model's <b>regret</b> is its first pick's time over the tuned best, both timed by the tune job.</p>")
+    if len(sources):
+        html_ += "<h3>Source of each timed tile</h3>" + table(sources)
+    if len(tuning):
+        summary = tables.regret_summary(tuning, peers.family_of)
+        html_ += ("<h3>The model's pick against the tuned best</h3>" + table(summary, fmt={"share": "{:.0%}"})
+                  + "<h3>Every tuned shape</h3>"
+                  + table(tuning.drop(columns=["record"]).sort_values(["variant", "shape_set", "shape"]),
+                          fmt={"pick_us": "{:.1f}", "best_us": "{:.1f}", "regret": "{:.3f}"}))
+    return html_
+
+
 def roofline_section(t: Timed | None, figs: Figures) -> str:
     if t is None:
         return _untimed("roofline", figs)
@@ -435,6 +478,7 @@ def render_report(result_dir: str | Path, label: str, limits: Mapping[str, dict 
     # throughput comes from this run when it was timed, else from the first published GPU set
     timed = this if this["timed"] else next((r for r in refs if r["timed"]), None)
     t = timed_tables(timed, peers)
+    timed_dir = result_dir if timed is this else next((d for (d, _), r in zip(references, refs) if r is timed), None)
     acc = tables.accuracy(this["tidy"])
     figs = Figures(captions)
     # damaged committed points, provenance or ceilings of any set: listed at the top, never a crash
@@ -450,6 +494,8 @@ def render_report(result_dir: str | Path, label: str, limits: Mapping[str, dict 
                 variants_section(this, variants),
                 throughput_section(t, peers, figs),
                 speedup_section(t, figs),
+                shape_sets_section(t),
+                tile_choice_section(t, timed_dir, peers, damaged),
                 roofline_section(t, figs),
                 weight_bandwidth_section(t, peers, figs),
                 accuracy_section(this, acc, figs),

@@ -41,10 +41,12 @@ class Constants:
     - ``mma_eff``: fraction of the datasheet tensor rate a wide tile's wgmma stream reaches;
     - ``n_half``: the block_N at which that rate halves (per-instruction overhead of narrow wgmma);
     - ``one_consumer``: rate of a 64-row tile (one consumer warpgroup) relative to two;
-    - ``latency_us``: the load latency the ring's stages hide (Little's law: a K block per latency/stages);
+    - ``latency_us``: the load latency the ring's stages in flight hide (Little's law: a K block per
+      latency/stages in flight);
     - ``sm_GBps``: the most one SM pulls from L2/HBM;
     - ``tile_us``: per-tile cost outside the K loop (ring fill after the epilogue, the store);
     - ``hbm_eff``: fraction of the datasheet HBM bandwidth the kernel streams its unique bytes at;
+    - ``kblock_us``: per K block, the ring's barrier round trip and the wgmma batch's issue and wait;
     - ``launch_us``: launch and tail, once per call."""
 
     mma_eff: float = 0.80
@@ -54,9 +56,10 @@ class Constants:
     sm_GBps: float = 60.0
     tile_us: float = 0.8
     hbm_eff: float = 0.85
+    kblock_us: float = 0.05
     launch_us: float = 4.0
 
-    FITTED = ("mma_eff", "n_half", "one_consumer", "latency_us", "sm_GBps", "tile_us", "hbm_eff")
+    FITTED = ("mma_eff", "n_half", "one_consumer", "latency_us", "sm_GBps", "tile_us", "hbm_eff", "kblock_us")
 
 
 @dataclass(frozen=True)
@@ -99,16 +102,49 @@ def predict_us(variant: Variant, M: int, N: int, K: int, tile: Tile, platform: P
     stage_bytes = bM * bK * a_bytes + bN * bK * b_bytes
     bandwidth = min(c.sm_GBps * 1e9, platform.hbm_TBps * 1e12 * c.hbm_eff * 4 / grid)  # L2 serves ~4x HBM
     t_load = stage_bytes / bandwidth
-    t_latency = c.latency_us * 1e-6 / tile.num_stages
-    t_tile = k_blocks * max(t_mma, t_load, t_latency) + c.tile_us * 1e-6 + bM * bN * c_bytes / bandwidth
+    # stages in flight: a warp-specialized consumer holds two (one wgmma batch retiring, one running), a
+    # T.Pipelined loop one; a ring no deeper than that hardly prefetches (2-stage rings ran 1.4-2x slower)
+    held = 2 if variant.tile_space is not None and variant.tile_space.persistent else 1
+    t_latency = c.latency_us * 1e-6 / max(tile.num_stages - held, 0.25)
+    t_k = _soft_max(t_mma, t_load, t_latency) + c.kblock_us * 1e-6
+    t_tile = k_blocks * t_k + c.tile_us * 1e-6 + bM * bN * c_bytes / bandwidth
     unique = M * K * a_bytes + N * K * b_bytes + M * N * c_bytes
     dram = unique / (platform.hbm_TBps * 1e12 * c.hbm_eff)
-    return (max(waves * t_tile, dram) + c.launch_us * 1e-6) * 1e6
+    return (_soft_max(waves * t_tile, dram) + c.launch_us * 1e-6) * 1e6
+
+
+def _soft_max(*times: float, p: float = 4.0) -> float:
+    """A smooth maximum: bounds that are close overlap imperfectly (two equal bounds cost 19 % more than
+    one), and under a dominant bound (decode's HBM floor) the others still order the tiles."""
+    return sum(t ** p for t in times) ** (1 / p)
+
+
+# registers a consumer thread keeps besides its accumulators (addresses, counters, fragments): measured
+# on the tune of 2026-12-04, fp8_e4m3_ws_promoted at block_N 208 (2 x 104 accumulator registers) built
+# without spills under the 232-register budget and at 224 spilled 20 registers' worth
+RESERVED_REGISTERS = 24
+
+
+def register_problem(tile: Tile) -> str | None:
+    """Why a warp-specialized tile's accumulators cannot stay in its consumers' registers, or None: each
+    consumer thread holds 64·block_N/128 accumulators, twice when the tile promotes (``_p``: the wgmma's
+    partial sum and the fp32 total); spilled accumulators cost 1.3-3x (fp8_e4m3_ws_promoted, 8192³)."""
+    from kernels.warp_specialized import ROWS_PER_CONSUMER, TMA_PRODUCER, WARPGROUP
+
+    consumers = tile.block_M // ROWS_PER_CONSUMER
+    budget = TMA_PRODUCER.consumer.get(consumers)
+    need = (2 if tile.promote else 1) * ROWS_PER_CONSUMER * tile.block_N // WARPGROUP + RESERVED_REGISTERS
+    if budget is not None and need > budget:
+        return f"{tile.name}: {need} registers per consumer thread for accumulators, more than the {budget} it has"
+    return None
 
 
 def rank(variant: Variant, M: int, N: int, K: int, platform: PlatformModel) -> list[tuple[Tile, float]]:
     """The variant's tiles at M x N x K on the platform, fastest predicted first (ties: by name)."""
-    scored = [(t, predict_us(variant, M, N, K, t, platform)) for t in candidates(variant, M, N, K, platform.arch)]
+    tiles = candidates(variant, M, N, K, platform.arch)
+    if variant.tile_space is not None and variant.tile_space.persistent:
+        tiles = [t for t in tiles if register_problem(t) is None]
+    scored = [(t, predict_us(variant, M, N, K, t, platform)) for t in tiles]
     return sorted(scored, key=lambda x: (round(x[1], 3), x[0].name))
 
 
@@ -268,8 +304,9 @@ def staleness(record: dict, variant: str, shape: str, arch: str, gpu_match: str)
     return None
 
 
-def tuning_record_paths(platform: str, entry: str, shape: str, root: Path = REPO) -> list[Path]:
+def tuning_record_paths(platform: str, entry: str, shape: str, root: Path | None = None) -> list[Path]:
     """Where a tuned record may be, first found first: this checkout's tune output, then the committed table."""
+    root = REPO if root is None else root
     return [root / f"results/{platform}/tuning/{entry}/{shape}.json",
             *sorted((root / f"results/published/{platform}/tuning").glob(f"*/{entry}/{shape}.json"))]
 
@@ -286,8 +323,9 @@ class Choice:
 
 
 def tuned(platform: str, entry: str, variant: str, shape: str, arch: str, gpu_match: str,
-          root: Path = REPO) -> tuple[dict | None, str, str]:
+          root: Path | None = None) -> tuple[dict | None, str, str]:
     """(the fresh tuned record, its path, "") or (None, "", why none is used)."""
+    root = REPO if root is None else root
     why = "no tuned record"
     for path in tuning_record_paths(platform, entry, shape, root):
         if not path.exists():
@@ -308,11 +346,11 @@ def model_picks(variant: Variant, shape: str, platform: PlatformModel, n: int) -
     return [t.name for t, _ in rank(variant, M, N, K, platform)[:n]]
 
 
-def calibration_path(platform: str, root: Path = REPO) -> Path:
-    return root / f"results/published/{platform}/tuning/calibration.json"
+def calibration_path(platform: str, root: Path | None = None) -> Path:
+    return (REPO if root is None else root) / f"results/published/{platform}/tuning/calibration.json"
 
 
-def load_calibration(platform: str, root: Path = REPO) -> dict | None:
+def load_calibration(platform: str, root: Path | None = None) -> dict | None:
     """The committed fit of a platform's constants ({"constants": {variant: {...}}, ...}), or None (defaults)."""
     path = calibration_path(platform, root)
     if not path.exists():
@@ -327,10 +365,11 @@ def to_json(c: Constants) -> dict:
     return asdict(c)
 
 
-def tune_rows(platform: str, root: Path = REPO):
+def tune_rows(platform: str, root: Path | None = None):
     """Every timed candidate of the committed table's records (and this checkout's), as tidy rows."""
     import pandas as pd
 
+    root = REPO if root is None else root
     rows = []
     for path in sorted({*root.glob(f"results/published/{platform}/tuning/*/*/*.json"), *root.glob(f"results/{platform}/tuning/*/*.json")}):
         rec = json.loads(path.read_text())
@@ -379,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
            "how": "harness.selection.calibrate on the timed tiles of results/published/<platform>/tidy.csv and tuning/"}
     for name, v in sorted(VARIANTS.items()):
         points = calibration_points(data, name) if v.tile_space is not None else []
+        if v.tile_space is not None and v.tile_space.persistent:  # spilled accumulators are ranked out, not modelled
+            points = [p for p in points if register_problem(p[3]) is None]
         if len(points) < 4:
             continue
         constants, quality = calibrate(v, points, model)

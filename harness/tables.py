@@ -580,3 +580,70 @@ def profile_table(folder: str | Path, damaged: list | None = None) -> pd.DataFra
                      "git_commit": d.get("env", {}).get("git_commit"), "date": d.get("env", {}).get("date"),
                      "file": str(f)})
     return pd.DataFrame(rows, columns=PROFILE_COLUMNS)
+
+
+# the model's pick counts as good when it is within this of the tuned best (issue 32's criterion)
+REGRET_LIMIT = 1.05
+
+
+def tuning_records(folder: str | Path) -> list[Path]:
+    """The tune records of a result folder: a published one's table (tuning/<family>/<entry>/<shape>.json)
+    or a run's (tuning/<entry>/<shape>.json)."""
+    root = Path(folder) / "tuning"
+    return sorted({*root.glob("*/*/*.json"), *root.glob("*/*.json")} - set(root.glob("calibration.json")))
+
+
+def tuning_table(folder: str | Path, zoo_shapes=(), damaged: list | None = None) -> pd.DataFrame:
+    """One row per tune record: the model's first pick and its time, the tuned winner and its time, the
+    regret (pick over winner), how many candidates passed, and whether the shape is in the zoo."""
+    rows = []
+    for f in tuning_records(folder):
+        try:
+            rec = read_json(f, {"key": {"variant": str, "shape": str}, "candidates": [{"tile": str}]})
+        except DamagedFile as e:
+            note(damaged, e)
+            continue
+        by_tile = {c["tile"]: c for c in rec["candidates"]}
+        pick, win = by_tile.get(rec.get("model_pick") or ""), by_tile.get(rec.get("winner") or "")
+        rows.append({"variant": rec["key"]["variant"], "shape": rec["key"]["shape"],
+                     "shape_set": "zoo" if rec["key"]["shape"] in set(zoo_shapes) else "sweep",
+                     "model_pick": rec.get("model_pick"), "pick_us": _us(pick), "tuned_best": rec.get("winner"),
+                     "best_us": _us(win), "regret": rec.get("regret"),
+                     "passed": sum(c.get("status") == "ok" for c in rec["candidates"]), "candidates": len(rec["candidates"]),
+                     "failed_tiles": "; ".join(f"{c['tile']}: {c.get('reason', '')[:80]}" for c in rec["candidates"]
+                                               if c.get("status") not in ("ok", None)), "record": str(f)})
+    return pd.DataFrame(rows)
+
+
+def _us(candidate: dict | None) -> float:
+    t = (candidate or {}).get("time_ms_median")
+    return t * 1e3 if t else np.nan
+
+
+def regret_summary(tuning: pd.DataFrame, family_of: dict[str, str]) -> pd.DataFrame:
+    """Per family and shape set: shapes tuned, and how many of them the model's first pick was within
+    ``REGRET_LIMIT`` of the tuned best (a pick that failed its checks counts as not within)."""
+    if tuning.empty:
+        return pd.DataFrame(columns=["family", "shape_set", "shapes", "pick_within_5pct", "share"])
+    t = tuning.assign(family=tuning["variant"].map(family_of),
+                      good=tuning["regret"].fillna(np.inf) <= REGRET_LIMIT)
+    out = t.groupby(["family", "shape_set"]).agg(shapes=("good", "size"), pick_within_5pct=("good", "sum")).reset_index()
+    out["share"] = out["pick_within_5pct"] / out["shapes"]
+    return out
+
+
+def shape_set_gates(sp: pd.DataFrame, shape_set_of: pd.Series, floor: float = 0.90) -> pd.DataFrame:
+    """Per variant, the sweep's and the zoo's geometric mean speedup over the matched peer, the zoo's worst
+    ratio and its shapes below ``floor`` (``shape_set_of``: shape -> "sweep" or "zoo")."""
+    s = sp.assign(shape_set=sp["shape"].map(shape_set_of).fillna("sweep"))
+    s = s[s["speedup"].notna()]
+    geo = lambda x: float(np.exp(np.log(x).mean())) if len(x) else np.nan  # noqa: E731
+    rows = []
+    for (variant, dist), g in s.groupby(["variant", "dist"]):
+        sweep, zoo = g[g["shape_set"] == "sweep"]["speedup"], g[g["shape_set"] == "zoo"]
+        if zoo.empty:
+            continue
+        rows.append({"variant": variant, "dist": dist, "sweep_geomean": geo(sweep), "zoo_geomean": geo(zoo["speedup"]),
+                     "zoo_shapes": len(zoo), "zoo_worst": zoo["speedup"].min(),
+                     f"zoo_below_{floor:.2f}": ", ".join(f"{r.shape} ({r.speedup:.3f})" for r in zoo[zoo["speedup"] < floor].itertuples())})
+    return pd.DataFrame(rows)

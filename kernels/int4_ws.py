@@ -90,12 +90,17 @@ def int4_ws_tile_problem(tile: Tile) -> str | None:
     and its decoding producer's registers."""
     if tile.promote or tile.swap_ab:
         return f"tile {tile.name}: int4_ws has no promotion (_p) or operand swap (_swapab); integer sums are exact"
+    if tile.block_N == 224:
+        # the tune of 2026-12-04 (results/published/h200/tuning/int4) found m128n224k128 inexact where N is
+        # not a multiple of 224 (8192x8192x8192, 4096x32768x512; exact at N = 7168 and 14336); the cause is
+        # not found yet, so the width is refused rather than left to the correctness check
+        return f"tile {tile.name}: block_N 224 gives inexact int4_ws results where N is not a multiple of it (not understood yet)"
     return tile_problem(tile, int4_ws_smem_bytes(tile), DECODING_PRODUCER)
 
 
-# the tiles the selection ranks (kernels/tile_space.py): block_N in steps of 32 (the decoders' rows),
-# block_K 64 or 128 (the decoded ring's depth is what hides the decode)
-INT4_WS_TILES = TileSpace(block_M=(64, 128), block_N=tuple(range(64, 257, 32)), block_K=(64, 128),
+# the tiles the selection ranks (kernels/tile_space.py): block_N in steps of 32 (the decoders' rows; 224 is
+# refused by the tile rule above), block_K 64 or 128 (the decoded ring's depth is what hides the decode)
+INT4_WS_TILES = TileSpace(block_M=(64, 128), block_N=(64, 96, 128, 160, 192, 256), block_K=(64, 128),
                           threads=warpgroup_threads, max_stages=8, swizzle=grouped_panel, persistent=True,
                           arches=("sm_90a",))
 

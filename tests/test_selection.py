@@ -1,0 +1,223 @@
+"""Tile selection (harness/selection.py, kernels/tile_space.py): the candidates a kernel's rules allow, the
+cost model's ranking, the tuned table's keys and staleness, the order of config, tuned and model tiles, the
+zoo's planning, and the tune job itself on a host with a fake H200."""
+import json
+import shutil
+
+import pytest
+from conftest import copy_workflow, fake_nvidia_smi, on_path, snakemake, tiny_config
+
+from harness import selection
+from harness.plan import ConfigError, Plan, load_config, validate
+from harness.selection import Constants, PlatformModel, predict_us, rank, register_problem, tune_key, tune_record
+from kernels.registry import get_variant, tile_problem
+from kernels.smem import kernel_smem_bytes
+from kernels.tile_space import candidates
+from kernels.tiles import parse_tile, smem_problem
+
+CONFIG = load_config()
+H200 = PlatformModel.from_config("h200", CONFIG["platforms"]["h200"])
+SELECTED = ["fp8_e4m3_ws", "fp8_e5m2_ws", "fp8_e4m3_ws_promoted", "int4_ws", "blockscaled_sm90"]
+
+
+@pytest.mark.parametrize("name", SELECTED)
+@pytest.mark.parametrize("shape", [(16, 8192, 8192), (128, 2112, 7168), (4096, 4096, 4096)])
+def test_every_candidate_is_a_tile_the_kernel_takes_and_fits(name, shape):
+    v = get_variant(name)
+    tiles = candidates(v, *shape, "sm_90a")
+    assert tiles and len({t.name for t in tiles}) == len(tiles)
+    for t in tiles:
+        assert tile_problem(v, t) is None and smem_problem(t.name, kernel_smem_bytes(v.kernel, t), "sm_90a") is None
+        assert parse_tile(t.name) == t
+        # the deepest ring that fits: one more stage does not
+        deeper = parse_tile(t.name.replace(f"_s{t.num_stages}_", f"_s{t.num_stages + 1}_"))
+        assert (t.num_stages == v.tile_space.max_stages or tile_problem(v, deeper) is not None
+                or smem_problem(t.name, kernel_smem_bytes(v.kernel, deeper), "sm_90a") is not None)
+    assert candidates(v, *shape, "sm_89") == []  # wgmma kernels have no tiles there
+
+
+def test_only_small_m_gets_the_swapped_form_and_int4_ws_never_gets_block_n_224():
+    fp8 = get_variant("fp8_e4m3_ws")
+    assert any(t.swap_ab for t in candidates(fp8, 16, 8192, 8192, "sm_90a"))
+    assert not any(t.swap_ab for t in candidates(fp8, 4096, 8192, 8192, "sm_90a"))
+    assert all(t.promote == 2 for t in candidates(get_variant("fp8_e4m3_ws_promoted"), 4096, 4096, 4096, "sm_90a"))
+    int4 = get_variant("int4_ws")
+    assert not any(t.block_N == 224 for t in candidates(int4, 8192, 8192, 8192, "sm_90a"))
+    assert "block_N 224" in tile_problem(int4, parse_tile("m128n224k128_s3_t384_z8"))
+
+
+def test_the_model_charges_waves_padding_and_shallow_rings():
+    v = get_variant("fp8_e4m3_ws")
+    tile = parse_tile("m128n256k128_s3_t384_z8")
+    one_wave = predict_us(v, 128 * 11, 256 * 12, 4096, tile, H200)  # 132 tiles: one full wave
+    assert predict_us(v, 128 * 11, 256 * 12 + 8, 4096, tile, H200) > 1.5 * one_wave  # 11 more tiles: a second wave
+    two_stages = parse_tile("m128n256k128_s2_t384_z8")
+    assert predict_us(v, 4096, 4096, 4096, two_stages, H200) > 1.3 * predict_us(v, 4096, 4096, 4096, tile, H200)
+    # decode: the swapped tile (M becomes the wgmma's N) beats 128 padded rows
+    assert predict_us(v, 16, 8192, 8192, parse_tile("m128n16k128_s10_t384_z16_swapab"), H200) < \
+        predict_us(v, 16, 8192, 8192, parse_tile("m128n128k128_s6_t384_z8"), H200)
+
+
+def test_ranking_is_sorted_deterministic_and_leaves_out_spilling_accumulators():
+    v = get_variant("fp8_e4m3_ws_promoted")
+    ranked = rank(v, 4096, 4096, 4096, H200)
+    assert ranked == rank(v, 4096, 4096, 4096, H200)
+    times = [us for _, us in ranked]
+    assert times == sorted(times)
+    assert all(t.block_N <= 208 for t, _ in ranked)  # two accumulators of block_N/2 registers + 24 fit 232
+    assert register_problem(parse_tile("m128n224k128_s3_t384_z16_p2")) is not None
+    assert register_problem(parse_tile("m128n256k128_s3_t384_z16")) is None  # one accumulator fits
+
+
+def test_calibration_recovers_constants_it_was_generated_with():
+    v = get_variant("fp8_e4m3_ws")
+    truth = Constants(mma_eff=0.7, latency_us=2.0, tile_us=1.5)
+    shapes = [(4096, 4096, 4096), (2048, 7168, 2048), (16, 8192, 8192), (8192, 8192, 8192), (256, 4096, 14336)]
+    points = [(M, N, K, t, predict_us(v, M, N, K, t, H200, truth)) for M, N, K in shapes
+              for t, _ in rank(v, M, N, K, H200)[:4]]
+    fitted, quality = selection.calibrate(v, points, H200, steps=150)
+    assert quality["median_abs_log_error"] < quality["median_abs_log_error_default"] / 3
+    assert abs(fitted.mma_eff - 0.7) < 0.1
+
+
+def _record(variant="fp8_e4m3_ws", shape="4096x4096x4096", **key):
+    k = tune_key(variant, shape, "sm_90a", "NVIDIA H200") | key
+    rows = [{"tile": "m128n256k128_s3_t384_z8", "status": "ok", "time_ms_median": 0.100},
+            {"tile": "m128n208k128_s4_t384_z8", "status": "ok", "time_ms_median": 0.090},
+            {"tile": "m128n208k256_s2_t384_z8", "status": "failed", "reason": "kernel_rel_fro 1 > 0.005"}]
+    cands = [(r["tile"], 90.0 + i) for i, r in enumerate(rows)]
+    return tune_record(k, "normal", {}, cands, rows)
+
+
+def test_a_tune_record_keeps_the_fastest_passing_tile_and_the_models_regret():
+    rec = _record()
+    assert rec["winner"] == "m128n208k128_s4_t384_z8" and rec["model_pick"] == "m128n256k128_s3_t384_z8"
+    assert rec["regret"] == pytest.approx(0.100 / 0.090)
+    assert [c["model_rank"] for c in rec["candidates"]] == [1, 2, 3] and rec["candidates"][2]["status"] == "failed"
+    failed_pick = tune_record(rec["key"], "normal", {}, [("m128n208k256_s2_t384_z8", 1.0)],
+                              [{"tile": "m128n208k256_s2_t384_z8", "status": "failed"}])
+    assert failed_pick["winner"] is None and failed_pick["regret"] is None
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"source_sha256": "0" * 64}, "source_sha256 differs"),
+    ({"gpu_name": "NVIDIA H100 80GB HBM3"}, "not a GPU matching"),
+    ({"arch": "sm_100a"}, "arch differs"),
+    ({"tilelang": "0.0.1"}, "tilelang differs"),
+])
+def test_a_record_whose_key_no_longer_holds_is_stale(change, why, monkeypatch):
+    monkeypatch.setattr(selection, "tool_versions", lambda: {"tilelang": "0.1.15", "nvcc": "unknown"})
+    spec = CONFIG["platforms"]["h200"]
+    rec = _record() | {"key": _record()["key"] | {"tilelang": "0.1.15"}}
+    assert selection.staleness(rec, "fp8_e4m3_ws", "4096x4096x4096", "sm_90a", spec["match"]) is None
+    stale = rec | {"key": rec["key"] | change}
+    assert why in selection.staleness(stale, "fp8_e4m3_ws", "4096x4096x4096", "sm_90a", spec["match"])
+
+
+def _h200_plan(tmp_path, monkeypatch, record=None, tiles=None):
+    """A plan of fp8_e4m3_ws on the H200 whose checkout is ``tmp_path`` (holding ``record``, if given)."""
+    monkeypatch.setattr(selection, "REPO", tmp_path)
+    monkeypatch.setattr(selection, "tool_versions", lambda: {"tilelang": "0.1.15", "nvcc": "unknown"})
+    cfg = tiny_config() | {"run_on": ["h200"]}
+    cfg["sweeps"]["gpu"] = ["4096x4096x4096"]
+    cfg["variants"]["fp8_e4m3_ws"] = {"tolerance": cfg["variants"]["fp8_e4m3"]["tolerance"],
+                                      "tiles": tiles or {"default": ["m128n256k128_s3_t384_z16"]}}
+    cfg.pop("zoo")
+    if record is not None:
+        path = tmp_path / "results/published/h200/tuning/fp8/fp8_e4m3_ws/4096x4096x4096.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(record))
+    monkeypatch.setattr("harness.plan.Plan.platform_model", lambda self, p: H200)
+    return Plan(validate(cfg, check_shapes=False))
+
+
+def test_config_tiles_override_the_tuned_table_which_overrides_the_model(tmp_path, monkeypatch):
+    rec = _record() | {"key": _record()["key"] | {"tilelang": "0.1.15"}}
+    model = rank(get_variant("fp8_e4m3_ws"), 4096, 4096, 4096, H200)[0][0].name
+    plan = _h200_plan(tmp_path / "a", monkeypatch)
+    assert plan.choice("fp8_e4m3_ws", "h200", "4096x4096x4096").source == "model"
+    assert plan.tiles_for_shape("fp8_e4m3_ws", "sm_90a", "4096x4096x4096", "h200") == [model]
+    # a target the kernel has no tile space for keeps its listed default (the unsupported record)
+    assert not plan.selects("fp8_e4m3_ws", "sm_89") and plan.tiles_for("fp8_e4m3_ws", "sm_89") == ["m128n256k128_s3_t384_z16"]
+    plan = _h200_plan(tmp_path / "b", monkeypatch, record=rec)
+    choice = plan.choice("fp8_e4m3_ws", "h200", "4096x4096x4096")
+    assert (choice.source, choice.tiles) == ("tuned", ["m128n208k128_s4_t384_z8"]) and choice.record.endswith(".json")
+    stale = rec | {"key": rec["key"] | {"source_sha256": "f" * 64}}
+    plan = _h200_plan(tmp_path / "c", monkeypatch, record=stale)
+    choice = plan.choice("fp8_e4m3_ws", "h200", "4096x4096x4096")
+    assert choice.source == "model" and "stale: source_sha256 differs" in choice.why
+    listed = {"sm_90a": ["m128n128k128_s6_t384_z8"]}
+    plan = _h200_plan(tmp_path / "d", monkeypatch, record=rec, tiles=listed)
+    assert not plan.selects("fp8_e4m3_ws", "sm_90a")
+    assert plan.tiles_for_shape("fp8_e4m3_ws", "sm_90a", "4096x4096x4096", "h200") == ["m128n128k128_s6_t384_z8"]
+
+
+def test_the_zoo_is_planned_for_its_entries_and_their_peers_at_its_distributions_only():
+    plan = Plan(dict(CONFIG, run_on=["h200"]))
+    layers = plan.zoo_layers()
+    assert len(layers) >= 24 and len({layer.split()[0] for ls in layers.values() for layer in ls}) >= 3
+    Ms = [int(s.split("x")[0]) for s in layers]
+    assert any(M <= 16 for M in Ms) and any(32 <= M <= 256 for M in Ms) and any(M >= 2048 for M in Ms)
+    assert "cublas_fp8_e4m3_fastacc" in plan.zoo_entries() and "fp8_e4m3" not in plan.zoo_entries()
+    runs = plan.run_outputs("h200", ["fp8_e4m3_ws"])
+    assert "results/h200/fp8_e4m3_ws/normal/16x6144x4096.json" in runs
+    assert "results/h200/fp8_e4m3_ws/student_t3/16x6144x4096.json" not in runs
+    assert not any("16x6144x4096" in f for f in plan.run_outputs("cpu", ["fp8_e4m3_ws"]))
+    assert set(plan.tune_entries("h200")) == set(SELECTED)
+    cfg = dict(CONFIG, zoo=dict(CONFIG["zoo"], entries=["cublas_bf16"]))
+    with pytest.raises(ConfigError, match="zoo.entries.0: cublas_bf16 is a library peer"):
+        validate(cfg, check_shapes=False)
+
+
+# put first on a workflow copy's PYTHONPATH: every process of that run sees an H200 through torch, and
+# run_gpu "times" each tile that compiled at the model's prediction, the model's first pick 1.5x slower
+FAKE_GPU = """
+import torch
+torch.cuda.is_available = lambda: True
+torch.cuda.get_device_name = lambda *a: "NVIDIA H200"
+torch.cuda.get_device_capability = lambda *a: (9, 0)
+import harness.runner
+from harness.plan import load_config
+from harness.selection import PlatformModel, predict_us
+
+def run_gpu(variant, A, B, ops, tiles, arch, tolerance, reps, warmup, compiled=None, pairing=None):
+    model = PlatformModel.from_config("h200", load_config()["platforms"]["h200"])
+    rows = []
+    for i, tile in enumerate(tiles):
+        status, why = (compiled or {}).get(tile.name, ("ok", ""))
+        us = predict_us(variant, A.shape[0], B.shape[0], A.shape[1], tile, model) * (1.5 if i == 0 else 1.0)
+        rows.append({"tile": tile.name, "status": status, "reason": why} | ({"time_ms_median": us / 1e3} if status == "ok" else {}))
+    return rows
+
+harness.runner.run_gpu = run_gpu
+"""
+
+
+@pytest.mark.workflow
+def test_a_tune_job_on_a_fake_h200_times_the_models_candidates_and_the_run_then_uses_the_winner(tmp_path, monkeypatch):
+    """Runs the pipeline's tune job (it compiles two kernels, about 20 s) on a fake H200 (nvidia-smi and torch
+    say so; FAKE_GPU times each compiled tile at the model's prediction, its first pick 1.5x slower): the
+    record holds both candidates with their compile outcome, the winner and the model's regret, and a run
+    planned afterwards compiles and times the winner."""
+    cfg = tiny_config() | {"run_on": ["h200"], "tile_selection": {"model_picks": 1, "tune_candidates": 2}}
+    cfg["sweeps"]["gpu"] = ["64x128x128"]
+    cfg["variants"] = {"fp8_e4m3_ws": {"tiles": {"default": ["m128n256k128_s3_t384_z16"]},
+                                       "tolerance": cfg["variants"]["fp8_e4m3"]["tolerance"]}}
+    cfg.pop("zoo")
+    wf = copy_workflow(tmp_path / "wf", cfg)
+    shutil.rmtree(wf / "results/published/h200/tuning", ignore_errors=True)
+    (wf / "sitecustomize.py").write_text(FAKE_GPU)
+    on_path(monkeypatch, fake_nvidia_smi(tmp_path, "NVIDIA H200", "9.0"))
+    target = "results/h200/tuning/fp8_e4m3_ws/64x128x128.json"
+    snakemake(wf, target)
+    rec = json.loads((wf / target).read_text())
+    assert rec["key"]["variant"] == "fp8_e4m3_ws" and rec["key"]["gpu_name"] == "NVIDIA H200"
+    assert rec["key"]["source_sha256"] == selection.kernel_source_sha256("fp8_e4m3_ws")
+    first, second = rec["candidates"]
+    assert [first["model_rank"], second["model_rank"]] == [1, 2] and first["registers"] > 0
+    assert first["status"] == second["status"] == "ok"
+    assert rec["model_pick"] == first["tile"] and rec["winner"] == second["tile"]
+    assert rec["regret"] == pytest.approx(1.5 * first["predicted_us"] / second["predicted_us"], rel=1e-3)
+    plan = snakemake(wf, "-n", "results/h200/fp8_e4m3_ws/normal/64x128x128.json").stdout
+    assert f"results/compile/fp8_e4m3_ws/sm_90a/sweep/{second['tile']}.json" in plan
+    assert f"sweep/{first['tile']}.json" not in plan
