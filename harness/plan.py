@@ -673,9 +673,11 @@ class Plan:
         return tiles.get(target) or tiles.get("default", [])
 
     def tiles_for(self, entry: str, target: str) -> list[str]:
-        """Every tile an entry has for a target, over all shape classes (in config order, once each); a
-        selected entry: its selected tiles at the compile-check shapes."""
-        if self.selects(entry, target):
+        """Every tile an entry has for a target, over all shape classes (in config order, once each): what
+        its compile check builds. A selected entry builds its listed ``default`` tiles, so that the check does
+        not move with the model's calibration; without any, its selected tiles at the compile-check shapes."""
+        listed = self.config["variants"][entry].get("tiles", {})
+        if self.selects(entry, target) and not listed.get("default"):
             return list(dict.fromkeys(t for s in self.config["sweeps"]["cpu_compile"]
                                       for t in self.tiles_for_shape(entry, target, s)))
         tiles = self._target_tiles(entry, target)

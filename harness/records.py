@@ -124,6 +124,10 @@ RUN = {"point": RUN_POINT, "env": dict, "tolerance?": dict, "rows": [{"tile": st
 COMPILE = {"variant": str, "target": str, "tile": str, "records": [{"shape": str, "status": str}]}
 CEILINGS = {"env?": dict, "ceilings": {"*": dict}}
 PROVENANCE = {"family": str, "platform": str}
+# a tune job's record (harness/selection.py tune_record) and a platform's fitted model constants
+TUNE = {"key": {k: str for k in ("variant", "shape", "arch", "gpu_name", "tilelang", "nvcc", "source_sha256")},
+        "candidates": [{"tile": str, "status": str}]}
+CALIBRATION = {"platform": str, "constants": {"*": dict}}
 MANIFEST = {"fp32": {"tensors": {"*": {"sha256": str}}, "file_sha256": str}, "formats": dict}
 MANIFEST_FORMAT = {"tensors": {"*": {"sha256": str}}, "file_sha256": str}
 PROFILE_SUMMARY = {"point": {k: str for k in ("entry", "dist", "shape", "tile", "target")},

@@ -478,7 +478,7 @@ def render_report(result_dir: str | Path, label: str, limits: Mapping[str, dict 
     # throughput comes from this run when it was timed, else from the first published GPU set
     timed = this if this["timed"] else next((r for r in refs if r["timed"]), None)
     t = timed_tables(timed, peers)
-    timed_dir = result_dir if timed is this else next((d for (d, _), r in zip(references, refs) if r is timed), None)
+    timed_dir = result_dir if timed is this else next((d for (d, _), r in zip(references, refs, strict=True) if r is timed), None)
     acc = tables.accuracy(this["tidy"])
     figs = Figures(captions)
     # damaged committed points, provenance or ceilings of any set: listed at the top, never a crash

@@ -25,6 +25,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from harness.records import CALIBRATION, TUNE, DamagedFile, read_json
 from kernels.formats import ceil_div
 from kernels.registry import Variant, bytes_per_element
 from kernels.tile_space import candidates
@@ -241,18 +242,51 @@ def _nvcc_version() -> str:
     return m.group(1) if m else "unknown"
 
 
+def kernel_sources(module: str, read=None) -> list[str]:
+    """The repo files a kernel module's code is made of: it and every kernels/ module it imports at module
+    level, transitively (imports inside functions are rules and helpers, not the kernel: kernels/smem.py
+    reaches every kernel module that way), with the .cuh files beside them. ``read``: path -> source text
+    (default: this checkout's file; a commit's, to recompute a key)."""
+    import ast
+
+    read = read or (lambda path: (REPO / path).read_text())
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        path = name.replace(".", "/") + ".py"
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.parse(read(path)).body:
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            todo += [n for n in names if n.startswith("kernels.") and (REPO / (n.replace(".", "/") + ".py")).exists()]
+    stems = {Path(p).stem for p in seen}
+    cuda = [str(c.relative_to(REPO)) for c in sorted((REPO / "kernels").glob("*.cuh"))
+            if any(c.stem == s or c.stem.startswith(s + "_") for s in stems)]
+    return sorted(seen | {"kernels/__init__.py"} | set(cuda))
+
+
+def registering_module(variant_name: str) -> str:
+    """The family module that registers a variant (its kernel factory's arguments, pass configs, tile rule
+    and tile space are set there), as a dotted name; it imports the kernel's module."""
+    from kernels.registry import registration_sites
+
+    return registration_sites()[variant_name].partition(":")[0].removesuffix(".py").replace("/", ".")
+
+
 @functools.cache
 def kernel_source_sha256(variant_name: str) -> str:
-    """sha256 over the kernel's sources: its factory's module and every kernels/ module it imports (and
-    their .cuh files), by path and content. A tuned record of other sources is stale."""
-    from harness.deps import import_closure
-    from kernels.registry import get_variant, kernel_module
+    """sha256 over what builds the variant's kernel: ``kernel_sources`` of the module that registers it (so
+    the kernel's own module and what it imports), by path and content. A tuned record of other sources is stale."""
+    return sources_sha256(kernel_sources(registering_module(variant_name)))
 
-    module = kernel_module(get_variant(variant_name)).removesuffix(".py").replace("/", ".")
-    files = [f for f in import_closure([module], REPO) if f.startswith("kernels/")]
+
+def sources_sha256(files: list[str], read_bytes=None) -> str:
+    read_bytes = read_bytes or (lambda path: (REPO / path).read_bytes())
     h = hashlib.sha256()
     for f in sorted(files):
-        h.update(f.encode() + b"\0" + (REPO / f).read_bytes() + b"\0")
+        h.update(f.encode() + b"\0" + read_bytes(f) + b"\0")
     return h.hexdigest()
 
 
@@ -331,9 +365,9 @@ def tuned(platform: str, entry: str, variant: str, shape: str, arch: str, gpu_ma
         if not path.exists():
             continue
         try:
-            rec = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            why = f"{path.relative_to(root)}: unreadable ({e})"
+            rec = read_json(path, TUNE)
+        except DamagedFile as e:  # a damaged record is passed over, saying why (the model's pick runs)
+            why = f"{path.relative_to(root)}: {e.problem}"
             continue
         if (stale := staleness(rec, variant, shape, arch, gpu_match)) is None:
             return rec, str(path.relative_to(root)), ""
@@ -353,12 +387,8 @@ def calibration_path(platform: str, root: Path | None = None) -> Path:
 def load_calibration(platform: str, root: Path | None = None) -> dict | None:
     """The committed fit of a platform's constants ({"constants": {variant: {...}}, ...}), or None (defaults)."""
     path = calibration_path(platform, root)
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: unreadable calibration ({e}); remake it: python -m harness.selection calibrate {platform}") from None
+    return read_json(path, CALIBRATION, fix=f"remake it: python -m harness.selection calibrate {platform}") \
+        if path.exists() else None
 
 
 def to_json(c: Constants) -> dict:
@@ -397,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("calibrate")
     c.add_argument("platform")
+    c.add_argument("--steps", type=int, default=300, help="optimizer steps per variant")
     r = sub.add_parser("rank")
     r.add_argument("platform")
     r.add_argument("variant")
@@ -422,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             points = [p for p in points if register_problem(p[3]) is None]
         if len(points) < 4:
             continue
-        constants, quality = calibrate(v, points, model)
+        constants, quality = calibrate(v, points, model, steps=args.steps)
         out["constants"][name], out["fit"][name] = to_json(constants), quality
         print(name, quality)
     write_json(calibration_path(args.platform), out)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from harness import sass
-from harness.records import CEILINGS, COMPILE, PROFILE_SUMMARY, PROVENANCE, RUN, DamagedFile, missing_status, note, read_json
+from harness.records import CEILINGS, COMPILE, PROFILE_SUMMARY, PROVENANCE, RUN, TUNE, DamagedFile, missing_status, note, read_json
 from kernels.registry import bytes_moved
 
 # the columns that identify a measurement (unique in a tidy table); everything else is a metric or a tag.
@@ -599,7 +599,7 @@ def tuning_table(folder: str | Path, zoo_shapes=(), damaged: list | None = None)
     rows = []
     for f in tuning_records(folder):
         try:
-            rec = read_json(f, {"key": {"variant": str, "shape": str}, "candidates": [{"tile": str}]})
+            rec = read_json(f, TUNE)
         except DamagedFile as e:
             note(damaged, e)
             continue

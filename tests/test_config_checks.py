@@ -85,6 +85,8 @@ def test_config_refuses_a_non_canonical_tile_in_any_tile_list():
     assert "variants.fp8_e4m3.tiles.default.0: bad tile name 'm64n64k64_s2_t128_z0'" in msg
     assert "write 'm64n64k64_s2_t128'" in msg
     cfg = default_config()
+    cfg["variants"]["fp8_e4m3_ws"]["tiles"]["sm_90a"] = {c["name"]: ["m64n16k256_s10_t256_swapab"]
+                                                          for c in cfg["shape_classes"]}
     cfg["variants"]["fp8_e4m3_ws"]["tiles"]["sm_90a"]["m16"] = ["m064n16k256_s10_t256_swapab"]
     assert "variants.fp8_e4m3_ws.tiles.sm_90a.m16.0: bad tile name" in refused(cfg)
 
@@ -110,13 +112,14 @@ def test_a_tile_listed_twice_is_refused():
     assert ("variants.fp8_e4m3.tiles.default.2: tile m64n64k64_s2_t128 is listed twice "
             "(also at variants.fp8_e4m3.tiles.default.0)") in refused(cfg)
     cfg = default_config()
+    cfg["variants"]["int4_ws"]["tiles"]["sm_90a"] = {c["name"]: ["m64n64k128_s8_t256"] for c in cfg["shape_classes"]}
     cfg["variants"]["int4_ws"]["tiles"]["sm_90a"]["m64"] = ["m64n64k128_s8_t256", "m64n64k128_s8_t256"]
     assert "variants.int4_ws.tiles.sm_90a.m64.1: tile m64n64k128_s8_t256 is listed twice" in refused(cfg)
 
 
 def test_one_tile_in_two_shape_classes_is_fine():
     cfg = default_config()
-    assert cfg["variants"]["int4_ws"]["tiles"]["sm_90a"]["m16"] == cfg["variants"]["int4_ws"]["tiles"]["sm_90a"]["m64"]
+    cfg["variants"]["int4_ws"]["tiles"]["sm_90a"] = {c["name"]: ["m64n64k128_s8_t256"] for c in cfg["shape_classes"]}
     validate(cfg, root=REPO)
 
 

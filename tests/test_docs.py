@@ -71,6 +71,14 @@ EXERCISED_BY = {
         "tests/test_profile.py::test_published_profiles_are_sources_no_report_rebuilds"],
     ".venv/bin/python -m harness.tryout --compile-only --shapes 16x8192x8192 --variant fp8_e4m3_ws m64n16k256_s10_t256_swapab": [
         "tests/test_tryout.py::test_compile_only_reports_each_tiles_build"],
+    # docs/operations.md: tuning
+    ".venv/bin/snakemake --cores 16 results/published/h200/tuning/fp8": [
+        "tests/test_selection.py::test_tuning_a_family_plans_its_tune_jobs_and_the_committed_table",
+        "tests/test_selection.py::test_a_tune_job_on_a_fake_h200_times_the_models_candidates_and_the_run_then_uses_the_winner"],
+    ".venv/bin/python -m harness.selection calibrate h200": [
+        "tests/test_selection.py::test_calibrate_fits_every_selected_variant_from_the_published_measurements"],
+    ".venv/bin/python -m harness.selection rank h200 fp8_e4m3_ws 16x8192x8192": [
+        "tests/test_selection.py::test_rank_prints_the_models_order"],
     (".venv/bin/python -m harness.tryout --shapes 4096x4096x4096,16x8192x8192 --variant fp8_e4m3_ws "
      "m128n128k128_s6_t384_z8 m64n16k256_s10_t256_swapab"): [
         "tests/test_tryout.py::test_timing_needs_a_gpu", "tests/test_tryout.py::test_bad_requests_are_refused_before_any_compile"],

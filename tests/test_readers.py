@@ -99,11 +99,12 @@ def test_the_fix_is_a_command_that_runs_as_printed():
 def test_every_committed_published_json_has_its_shape():
     """The shapes are what the pipeline writes: every committed point, record and summary passes them."""
     shapes = {"provenance.json": records.PROVENANCE, "ceilings.json": records.CEILINGS,
-              "summary.json": records.PROFILE_SUMMARY}
+              "summary.json": records.PROFILE_SUMMARY, "calibration.json": records.CALIBRATION}
     n = 0
     for f in sorted(PUBLISHED.rglob("*.json")):
         parts = f.relative_to(PUBLISHED).parts
-        shape = shapes.get(f.name) or (records.RUN if "runs" in parts else records.COMPILE if "compile" in parts else None)
+        shape = shapes.get(f.name) or (records.RUN if "runs" in parts else records.COMPILE if "compile" in parts
+                                       else records.TUNE if "tuning" in parts else None)
         assert shape is not None, f
         read_json(f, shape)
         n += 1

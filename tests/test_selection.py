@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+import yaml
 from conftest import copy_workflow, fake_nvidia_smi, on_path, snakemake, tiny_config
 
 from harness import selection
@@ -167,6 +168,40 @@ def test_the_zoo_is_planned_for_its_entries_and_their_peers_at_its_distributions
     cfg = dict(CONFIG, zoo=dict(CONFIG["zoo"], entries=["cublas_bf16"]))
     with pytest.raises(ConfigError, match="zoo.entries.0: cublas_bf16 is a library peer"):
         validate(cfg, check_shapes=False)
+
+
+def test_rank_prints_the_models_order(capsys):
+    assert selection.main(["rank", "h200", "fp8_e4m3_ws", "16x8192x8192", "--top", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    times = [float(line.split()[1]) for line in lines]
+    assert len(lines) == 5 and times == sorted(times) and parse_tile(lines[0].split()[0]).swap_ab
+
+
+def test_calibrate_fits_every_selected_variant_from_the_published_measurements(tmp_path, monkeypatch):
+    published = selection.REPO / "results/published/h200"
+    (tmp_path / "results/published/h200").mkdir(parents=True)
+    shutil.copy(published / "tidy.csv", tmp_path / "results/published/h200/tidy.csv")
+    shutil.copytree(published / "tuning", tmp_path / "results/published/h200/tuning",
+                    ignore=shutil.ignore_patterns("calibration.json"))
+    monkeypatch.setattr(selection, "REPO", tmp_path)
+    assert selection.main(["calibrate", "h200", "--steps", "5"]) == 0
+    fit = json.loads(selection.calibration_path("h200").read_text())
+    assert set(fit["constants"]) == set(SELECTED) and set(fit["constants"]["int4_ws"]) >= set(Constants.FITTED)
+    assert all(q["points"] >= 20 for q in fit["fit"].values())
+
+
+@pytest.mark.workflow
+def test_tuning_a_family_plans_its_tune_jobs_and_the_committed_table(tmp_path):
+    """A dry run (planning only) of the documented tune command on a host without a GPU."""
+    cfg = yaml.safe_load((selection.REPO / "config.yaml").read_text()) | {"run_on": ["h200"]}
+    wf = copy_workflow(tmp_path / "wf", cfg)
+    shutil.rmtree(wf / "results/published/h200/tuning/fp8")
+    plan = snakemake(wf, "-n", "results/published/h200/tuning/fp8").stdout
+    jobs = {line.split()[0]: int(line.split()[1]) for line in plan.split("Job stats:")[1].splitlines()[3:]
+            if line.strip() and line.split()[-1].isdigit() and not line.startswith("total")}
+    assert {k: v for k, v in jobs.items() if k.startswith(("tune_", "publish"))} == {
+        "tune_fp8_e4m3_ws": 1, "tune_fp8_e5m2_ws": 1, "tune_fp8_e4m3_ws_promoted": 1, "publish_tuning": 1}
+    assert "results/h200/tuning/fp8_e4m3_ws/16x6144x4096.json" in plan  # a zoo shape is tuned too
 
 
 # put first on a workflow copy's PYTHONPATH: every process of that run sees an H200 through torch, and
