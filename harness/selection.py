@@ -48,6 +48,9 @@ class Constants:
     - ``tile_us``: per-tile cost outside the K loop (ring fill after the epilogue, the store);
     - ``hbm_eff``: fraction of the datasheet HBM bandwidth the kernel streams its unique bytes at;
     - ``kblock_us``: per K block, the ring's barrier round trip and the wgmma batch's issue and wait;
+    - ``held_stages``: ring stages the consumers hold, not in flight (a warp-specialized consumer: two, one
+      wgmma batch retiring and one running; fewer where a kernel has a second, deeper ring, as int4_ws's
+      packed one);
     - ``launch_us``: launch and tail, once per call."""
 
     mma_eff: float = 0.80
@@ -58,9 +61,11 @@ class Constants:
     tile_us: float = 0.8
     hbm_eff: float = 0.85
     kblock_us: float = 0.05
+    held_stages: float = 2.0
     launch_us: float = 4.0
 
-    FITTED = ("mma_eff", "n_half", "one_consumer", "latency_us", "sm_GBps", "tile_us", "hbm_eff", "kblock_us")
+    FITTED = ("mma_eff", "n_half", "one_consumer", "latency_us", "sm_GBps", "tile_us", "hbm_eff", "kblock_us",
+              "held_stages")
 
 
 @dataclass(frozen=True)
@@ -103,10 +108,9 @@ def predict_us(variant: Variant, M: int, N: int, K: int, tile: Tile, platform: P
     stage_bytes = bM * bK * a_bytes + bN * bK * b_bytes
     bandwidth = min(c.sm_GBps * 1e9, platform.hbm_TBps * 1e12 * c.hbm_eff * 4 / grid)  # L2 serves ~4x HBM
     t_load = stage_bytes / bandwidth
-    # stages in flight: a warp-specialized consumer holds two (one wgmma batch retiring, one running), a
-    # T.Pipelined loop one; a ring no deeper than that hardly prefetches (2-stage rings ran 1.4-2x slower)
-    held = 2 if variant.tile_space is not None and variant.tile_space.persistent else 1
-    t_latency = c.latency_us * 1e-6 / max(tile.num_stages - held, 0.25)
+    # stages in flight: those the consumers do not hold; a ring no deeper than that hardly prefetches
+    # (fp8_e4m3_ws's 2-stage rings ran 1.4-2x slower than 4-6 stages of the same block)
+    t_latency = c.latency_us * 1e-6 / max(tile.num_stages - c.held_stages, 0.25)
     t_k = _soft_max(t_mma, t_load, t_latency) + c.kblock_us * 1e-6
     t_tile = k_blocks * t_k + c.tile_us * 1e-6 + bM * bN * c_bytes / bandwidth
     unique = M * K * a_bytes + N * K * b_bytes + M * N * c_bytes
@@ -150,6 +154,8 @@ def rank(variant: Variant, M: int, N: int, K: int, platform: PlatformModel) -> l
 
 
 # ---------------------------------------------------------------- calibration
+# weight of the prior that keeps each log-constant near its physical default, against the mean squared log error
+PRIOR = 0.002
 def calibrate(variant: Variant, points: list[tuple[int, int, int, Tile, float]], platform: PlatformModel,
               steps: int = 300) -> tuple[Constants, dict]:
     """Fit a variant's ``Constants`` to measured (M, N, K, tile, µs) on the platform: least squares on log
@@ -175,7 +181,7 @@ def calibrate(variant: Variant, points: list[tuple[int, int, int, Tile, float]],
     for _ in range(steps):
         with torch.no_grad():
             err = loss_of(x.detach().tolist())
-            loss = float((err ** 2).mean() + 0.02 * ((x - x0) ** 2).sum())
+            loss = float((err ** 2).mean() + PRIOR * ((x - x0) ** 2).sum())
             if best_loss is None or loss < best_loss:
                 best, best_loss = x.detach().clone(), loss
             grad = torch.zeros_like(x)
@@ -183,7 +189,7 @@ def calibrate(variant: Variant, points: list[tuple[int, int, int, Tile, float]],
                 y = x.detach().clone()
                 y[i] += 1e-3
                 e2 = loss_of(y.tolist())
-                grad[i] = (float((e2 ** 2).mean() + 0.02 * ((y - x0) ** 2).sum()) - loss) / 1e-3
+                grad[i] = (float((e2 ** 2).mean() + PRIOR * ((y - x0) ** 2).sum()) - loss) / 1e-3
         opt.zero_grad()
         x.grad = grad
         opt.step()

@@ -123,7 +123,6 @@ def _h200_plan(tmp_path, monkeypatch, record=None, tiles=None):
     cfg["sweeps"]["gpu"] = ["4096x4096x4096"]
     cfg["variants"]["fp8_e4m3_ws"] = {"tolerance": cfg["variants"]["fp8_e4m3"]["tolerance"],
                                       "tiles": tiles or {"default": ["m128n256k128_s3_t384_z16"]}}
-    cfg.pop("zoo")
     if record is not None:
         path = tmp_path / "results/published/h200/tuning/fp8/fp8_e4m3_ws/4096x4096x4096.json"
         path.parent.mkdir(parents=True)
@@ -238,7 +237,6 @@ def test_a_tune_job_on_a_fake_h200_times_the_models_candidates_and_the_run_then_
     cfg["sweeps"]["gpu"] = ["64x128x128"]
     cfg["variants"] = {"fp8_e4m3_ws": {"tiles": {"default": ["m128n256k128_s3_t384_z16"]},
                                        "tolerance": cfg["variants"]["fp8_e4m3"]["tolerance"]}}
-    cfg.pop("zoo")
     wf = copy_workflow(tmp_path / "wf", cfg)
     shutil.rmtree(wf / "results/published/h200/tuning", ignore_errors=True)
     (wf / "sitecustomize.py").write_text(FAKE_GPU)

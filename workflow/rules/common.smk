@@ -43,7 +43,7 @@ impl, is_tilelang, variant_shapes, check_compile_jobs = PLAN.impl, PLAN.is_tilel
 tiles_for_shape, sweep_shapes, sweep_tiles, run_outputs = PLAN.tiles_for_shape, PLAN.sweep_shapes, PLAN.sweep_tiles, PLAN.run_outputs
 peer_points, zoo_shapes, zoo_dists, zoo_layers = PLAN.peer_points, PLAN.zoo_shapes, PLAN.zoo_dists, PLAN.zoo_layers
 tune_points, tune_outputs, tune_entries = PLAN.tune_points, PLAN.tune_outputs, PLAN.tune_entries
-# the entries a tune rule exists for: TileLang entries whose kernel has a tile space (kernels/tile_space.py)
+# the entries tune_<entry> exists for: TileLang entries whose kernel has a tile space (kernels/tile_space.py)
 TUNABLE = [v for v in RUN_VARIANTS if is_tilelang(v) and impl(v).tile_space is not None]
 
 
