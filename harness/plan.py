@@ -243,6 +243,15 @@ def check_zoo(cfg: dict) -> None:
             raise ConfigError(f"zoo.distributions: {entry} (zoo.entries.{i}) does not run {sorted(missing)}")
 
 
+def zoo_layers(cfg: dict) -> dict[str, list[str]]:
+    """{shape: ["<model> <layer>", ...]} of the config's zoo (a shape two layers share lists both)."""
+    out: dict[str, list[str]] = {}
+    for layer in cfg.get("zoo", {}).get("layers", []):
+        for M in layer["M"]:
+            out.setdefault(f"{M}x{layer['N']}x{layer['K']}", []).append(f"{layer['model']} {layer['layer']}")
+    return out
+
+
 def check_tolerance(name: str, vcfg: dict, variant) -> None:
     """Exactly the tolerances the entry is judged by (harness/metrics.py gated_metrics; values: the schema's
     positive numbers): a missing one would switch its gating off."""
@@ -459,7 +468,7 @@ def check_shapes_fit_formats(cfg: dict) -> None:
         fmt = variant.input_format
         # the compile check builds every TileLang kernel at the cpu_compile shapes too
         kinds = ("cpu", "gpu", "cpu_compile") if variant.kernel is not None else ("cpu", "gpu")
-        zoo = [f"{M}x{layer['N']}x{layer['K']}" for layer in cfg.get("zoo", {}).get("layers", []) for M in layer["M"]]
+        zoo = list(zoo_layers(cfg))
         for kind in (*kinds, "zoo") if name in cfg.get("zoo", {}).get("entries", []) else kinds:
             own = zoo if kind == "zoo" else vcfg.get("shapes", {}).get(kind)
             for shape in own or cfg["sweeps"][kind]:
@@ -540,28 +549,29 @@ class Plan:
         self.selection.setdefault("tune_candidates", 4)
         self._choices: dict = {}
         self._models: dict = {}
+        self._zoo_layers = zoo_layers(config)
+        self._zoo_entries = self._timing_the_zoo()
 
     # ------------------------------------------------------------ the shape zoo
     def zoo_layers(self) -> dict[str, list[str]]:
-        """{shape: ["<model> <layer>", ...]} of the zoo (a shape two layers share lists both)."""
-        out: dict[str, list[str]] = {}
-        for layer in self.config.get("zoo", {}).get("layers", []):
-            for M in layer["M"]:
-                out.setdefault(f"{M}x{layer['N']}x{layer['K']}", []).append(f"{layer['model']} {layer['layer']}")
-        return out
+        """{shape: ["<model> <layer>", ...]} of the zoo (config ``zoo``)."""
+        return self._zoo_layers
 
     def zoo_entries(self) -> list[str]:
         """The entries that time the zoo: the config's zoo entries and the entries of their peers."""
+        return self._zoo_entries
+
+    def _timing_the_zoo(self) -> list[str]:
         own = [e for e in self.config.get("zoo", {}).get("entries", []) if e in self.entries]
         peers = {b for e in own for b in (self.impl(e).baseline, self.impl(e).second_baseline) if b}
         return own + [e for e in self.entries if e not in own and self.impl(e).name in peers]
 
     def zoo_shapes(self, entry: str) -> list[str]:
         """The zoo shapes an entry times beyond its own GPU sweep ([] if it does not time the zoo)."""
-        if entry not in self.zoo_entries():
+        if entry not in self._zoo_entries:
             return []
         sweep = set(self.variant_shapes(entry, "gpu"))
-        return [s for s in self.zoo_layers() if s not in sweep]
+        return [s for s in self._zoo_layers if s not in sweep]
 
     def zoo_dists(self, entry: str) -> list[str]:
         return [d for d in self.config.get("zoo", {}).get("distributions", []) if d in self.variant_dists(entry)] \
@@ -633,8 +643,8 @@ class Plan:
         return out + [(s, self.zoo_dists(entry)[0]) for s in self.zoo_shapes(entry)]
 
     def tune_outputs(self, platform: str, entries=None) -> list[str]:
-        return [tune_record(platform, e, s) for e in (entries or self.tune_entries(platform)) for s, _ in self.tune_points(e)
-                if e in self.tune_entries(platform)]
+        tunable = self.tune_entries(platform)
+        return [tune_record(platform, e, s) for e in (entries or tunable) if e in tunable for s, _ in self.tune_points(e)]
 
     def impl(self, entry: str):
         """The registered variant a config entry runs (entries may reuse one under another sweep)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import re
 import shutil
@@ -337,7 +336,7 @@ def staleness(record: dict, variant: str, shape: str, arch: str, gpu_match: str)
     if not re.search(gpu_match, str(key.get("gpu_name", ""))):
         return f"tuned on {key.get('gpu_name')!r}, not a GPU matching {gpu_match!r}"
     for tool, now in tool_versions().items():
-        if now != "unknown" and key.get(tool) not in (now, None) or (now != "unknown" and key.get(tool) is None):
+        if now != "unknown" and key.get(tool) != now:
             return f"{tool} differs (tuned: {key.get(tool)}, now: {now})"
     if not record.get("winner"):
         return "no candidate passed"
@@ -408,7 +407,7 @@ def tune_rows(platform: str, root: Path | None = None):
     root = REPO if root is None else root
     rows = []
     for path in sorted({*root.glob(f"results/published/{platform}/tuning/*/*/*.json"), *root.glob(f"results/{platform}/tuning/*/*.json")}):
-        rec = json.loads(path.read_text())
+        rec = read_json(path, TUNE)
         M, N, K = parse_shape(rec["key"]["shape"])
         rows += [{"variant": rec["key"]["variant"], "M": M, "N": N, "K": K, "tile": c["tile"], "status": c["status"],
                   "time_ms_median": c.get("time_ms_median")} for c in rec["candidates"]]

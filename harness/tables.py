@@ -590,7 +590,7 @@ def tuning_records(folder: str | Path) -> list[Path]:
     """The tune records of a result folder: a published one's table (tuning/<family>/<entry>/<shape>.json)
     or a run's (tuning/<entry>/<shape>.json)."""
     root = Path(folder) / "tuning"
-    return sorted({*root.glob("*/*/*.json"), *root.glob("*/*.json")} - set(root.glob("calibration.json")))
+    return sorted({*root.glob("*/*/*.json"), *root.glob("*/*.json")})
 
 
 def tuning_table(folder: str | Path, zoo_shapes=(), damaged: list | None = None) -> pd.DataFrame:
