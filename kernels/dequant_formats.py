@@ -14,6 +14,8 @@ bf16's smallest normal, 1 for an all-zero group: ``kernels.formats.amax_scale``)
 - ``w4_mxfp4``: OCP MX fp4: e2m1 codes, one E8M0 scale per 32 K stored as uint8 (bias 127);
   shared exponent = floor(log2 amax) - 2, codes saturate at ±6.
 - ``w4_tinygemm_g128``: tinygemm's own format (``torch._weight_int4pack_mm``), below.
+- ``w4_humming_int4_g128``: the codes and scales of ``w4_int4_sym_g128`` laid out as humming-kernels takes
+  them (offset-binary codes eight per int32, scales (N, K/128)), below.
 An activation beyond bf16's range is refused (``formats.to_bf16``), never stored as Inf.
 
 Formats only (quantize, dequantize, the decode the emulation and the torch baselines share, their
@@ -278,3 +280,55 @@ W4_MXFP4 = _register_w4(W4Format(
     "codes saturate at ±6"))
 # name -> W4Format (the format's description names its layout)
 W4_FORMATS = {fmt.name: fmt for fmt in (W4_INT4_SYM_G128, W4_UINT4_ZP_G128, W4_E2M1_G32, W4_MXFP4)}
+
+
+# ---------------------------------------------------------------------------------------------
+# humming's int4 format (humming-kernels' HummingLayer with weight_config {"dtype": "int4", "group_size": 128}:
+# the variant humming_w4_int4_g128, launched from kernels.peers): the very codes and bf16 scales of
+# w4_int4_sym_g128, so that both GEMMs multiply the same weights, stored as HummingLayer.load_from_tensors
+# takes them before its transform() (which changes the layout on the GPU, in the prepare):
+# - "B" (humming's "weight"): the offset-binary codes q + 8 packed eight per int32 along K, element 8j + t at
+#   bits [4t, 4t + 4) of word j (humming's pack_weight), int32 (N, K/8);
+# - "scales" (humming's "weight_scale"): bf16 (N, K/128), row-major (the shape its load checks).
+# humming decodes code c as (c - 8)·s, the value w4_int4_sym_g128 gives q·s.
+HUMMING_FORMAT = "w4_humming_int4_g128"
+HUMMING_GROUP = 128
+
+
+def humming_words(packed: torch.Tensor) -> torch.Tensor:
+    """w4_int4_sym_g128's packed weight (int8 (N, K/2): q in two's complement, element 2i in the low nibble)
+    as humming's words of the codes q + 8 (int32 (N, K/8)). Exact, and its own inverse on the bytes."""
+    # q + 8 is q's two's-complement nibble with its top bit flipped (-8 = 1000b -> 0000b, 7 = 0111b -> 1111b),
+    # and the nibble order is already humming's: byte b of a little-endian word holds elements 2b (low nibble)
+    # and 2b + 1, so element 8j + t sits at bits [4t, 4t + 4) of word j
+    return (packed.contiguous().view(torch.uint8) ^ 0x88).view(torch.int32)
+
+
+def humming_as_int4_sym(ops: Operands, who: str = "humming_as_int4_sym") -> Operands:
+    """The operands of w4_int4_sym_g128 holding the same activation, codes and scales: what the shared decode
+    (``decode_weight_bf16``, ``dequantize_weight``) and the W4A16 emulation read. ``who`` names the caller in errors."""
+    A, B, scales = format_operands(ops, ("A", "B", "scales"), who)
+    if B.dtype != torch.int32 or B.ndim != 2:
+        raise OperandTypeError(f"{who}: B must hold humming's int32 words of eight 4-bit codes, shape (N, K/8), "
+                               f"got {B.dtype} of shape {tuple(B.shape)}")
+    packed = (B.contiguous().view(torch.uint8) ^ 0x88).view(torch.int8)  # humming_words undone
+    return {"A": A, "B": packed, "scales": scales.T.contiguous()}
+
+
+def _quantize_humming(A: torch.Tensor, B: torch.Tensor) -> Operands:
+    A_bf16 = _activation(A, B, HUMMING_FORMAT, HUMMING_GROUP)  # refused under this format's name
+    int4 = quantize_weight(B, W4_INT4_SYM_G128)  # the same codes and scales, by construction
+    return {"A": A_bf16, "B": humming_words(int4["B"]), "scales": int4["scales"].T.contiguous()}
+
+
+def _dequantize_humming(ops: Operands) -> tuple[torch.Tensor, torch.Tensor]:
+    who = f"format {HUMMING_FORMAT}'s dequantize"
+    int4 = humming_as_int4_sym(ops, who)
+    return int4["A"].double(), dequantize_weight(int4, W4_INT4_SYM_G128, who)
+
+
+register_format(Format(
+    name=HUMMING_FORMAT, quantize=_quantize_humming, dequantize=_dequantize_humming, reads=("A", "B", "scales"),
+    description="A bf16; weight as humming-kernels loads it: the codes and bf16 scales of w4_int4_sym_g128, codes "
+    "q + 8 packed eight per int32 along K (element 8j + t at bits 4t of word j), (N, K/8); scales (N, K/128)",
+))

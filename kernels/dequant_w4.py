@@ -8,7 +8,8 @@ shared memory. So block_M is the wgmma N (16 for decode, 256 for prefill) and th
 written back to shared memory in bf16. Decode order (the emulation, ``kernels.dequant``, mirrors it):
 code -> exact small value v (bf16), then one ``fma.rn.bf16x2`` v·scale + (-0): Ŵ = bf16_rn(v · scale), a
 single rounding of the exact product; int4 values are made exact with the 0x4300 magic number, e2m1
-values come from a byte lookup table (code 0 -> +0.0). The decoder is CUDA, ``dequant_w4_decode.cuh``
+values by bit placement (the 3 magnitude bits at bf16 bits 6-8 are exactly value·2^-126, one exact fma by
+2^126 restores it; code 0 -> +0.0). The decoder is CUDA, ``dequant_w4_decode.cuh``
 beside this module. Accumulation is fp32 in wgmma, the output is rounded to bf16 once. The same
 prim_func builds for sm_89 and sm_100a with bf16 ``mma.sync`` (untuned there). The wgmma waits at every
 K block (``T.gemm``). An overlapped schedule (double-buffered fragments, async ``T.wgmma_gemm``) is not
@@ -19,13 +20,18 @@ ptxas serialized the wgmmas anyway (warning C7514).
 Two forms, chosen by the tile (``dequant_w4_pass_configs``): decode tiles (block_M <= 64) are built
 without TileLang's warp specialization, so every thread loads (cp.async), decodes and multiplies in
 ~124-250 registers and several CTAs share an SM; with block_K a multiple of 256 their packed tile is
-stored swizzled in shared memory (``packed_layout``) against the decoder's bank conflicts. Prefill tiles
-keep TileLang's producer warpgroup and TMA loads. docs/design/dequant_w4.md has the measurements.
+stored swizzled in shared memory (``packed_layout``) against the decoder's bank conflicts. A decode tile
+may split K (``_split<n>``): the n CTAs of one output tile form a thread-block cluster along the grid's z,
+each runs 1/n of the K blocks, and rank 0 adds the others' fp32 sums through distributed shared memory in
+rank order (``dq_cluster_reduce``: deterministic, one kernel, no workspace), so a narrow N still fills
+the SMs. Prefill tiles keep TileLang's producer warpgroup and TMA loads. docs/design/dequant_w4.md has
+the measurements.
 
-Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow``;
-the warps must lie along the weight rows (``_wrow``). K must be a multiple of block_K, and block_K a
-multiple or a divisor of the group. TileLang evaluates a prim_func's annotations with the factory's
-closure variables, so this module must not use ``from __future__ import annotations``.
+Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow[_split{n}]``;
+the warps must lie along the weight rows (``_wrow``). block_K must be a multiple or a divisor of the
+group, and K a multiple of block_K·n (else the shape is refused). TileLang evaluates a prim_func's
+annotations with the factory's closure variables, so this module must not use
+``from __future__ import annotations``.
 """
 from pathlib import Path
 
@@ -33,7 +39,7 @@ import torch
 
 from kernels.dequant_formats import W4Format
 from kernels.formats import check_gemm_shape
-from kernels.registry import Operands
+from kernels.registry import Operands, Unsupported
 from kernels.tiles import Tile
 
 # The CUDA decoder, pasted into the kernel with T.import_source and called with T.call_extern. It also
@@ -54,6 +60,23 @@ def fragment_index(i, j):
     return j // 8 * 4 + i % 16 // 8 * 2 + j % 2
 
 
+def accumulator_thread(i, j):
+    """Thread owning element (i, j) of the fp32 accumulator (wgmma D fragment, 64 rows per warpgroup)."""
+    return i // 16 * 32 + i % 8 * 4 + j % 8 // 2
+
+
+def accumulator_index(i, j):
+    """Register slot of element (i, j) in its thread's accumulator (fp32 units)."""
+    return j // 8 * 4 + i % 16 // 8 * 2 + j % 2
+
+
+def k_blocks_problem(K: int, tile: Tile) -> str | None:
+    """Why K does not split into whole K blocks per CTA of ``tile``, or None."""
+    if K % (tile.block_K * tile.split_k):
+        return f"K={K} must be a multiple of block_K·split = {tile.block_K}·{tile.split_k}"
+    return None
+
+
 def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
     """Raise ValueError when the tile does not fit the weight-as-left-operand kernel."""
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
@@ -69,8 +92,12 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
         problems.append(f"block_K must be a multiple of 32 and at most 512, got {bK}")
     if bK % fmt.group and fmt.group % bK:
         problems.append(f"block_K={bK} and the group size {fmt.group} must divide one another")
-    if K % bK:
-        problems.append(f"K={K} must be a multiple of block_K={bK}")
+    if why := k_blocks_problem(K, tile):
+        problems.append(why)
+    if tile.split_k > 1 and not decode_form(tile):
+        problems.append(f"a K split needs the decode form (block_M <= {DECODE_MAX_BLOCK_M}), got block_M={bM}")
+    if not 1 <= tile.split_k <= MAX_SPLIT_K:
+        problems.append(f"the K split is a thread-block cluster of at most {MAX_SPLIT_K} CTAs, got {tile.split_k}")
     if problems:
         raise ValueError(f"tile {tile.name} does not fit {fmt.name}: " + "; ".join(problems))
 
@@ -82,6 +109,8 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
 # 512: two). On the H200 (docs/design/dequant_w4.md) 16x28672x8192 went from 117 to 67 µs; prefill
 # tiles keep it: without it 4096x8192x8192 took 1234 µs, not 784.
 DECODE_MAX_BLOCK_M = 64
+# A K split (``_split<n>``) is one thread-block cluster along the grid's z: the portable cluster size
+MAX_SPLIT_K = 8
 
 
 def decode_form(tile: Tile) -> bool:
@@ -123,6 +152,9 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     and clips C rows past M.
     """
     check_gemm_shape("dequant_w4_kernel", M, N, K)
+    # a tile meant for longer K (a class's tiles serve every K of it): a refusal of this shape, not a failure
+    if why := k_blocks_problem(K, tile):
+        raise Unsupported(f"tile {tile.name}: {why}")
     import tilelang.language as T
     from tilelang.layout import make_linear_layout
 
@@ -133,6 +165,18 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     swizzle = swizzled_packed_tile(tile)
     decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {int(swizzle)}>"
     zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
+    split = tile.split_k
+    k_blocks = K // bK // split  # K blocks per CTA
+    # a split kernel's grid gains a z axis, one cluster of ``split`` CTAs per output tile
+    grid = (T.ceildiv(N, bN), T.ceildiv(M, bM)) + ((split,) if split > 1 else ())
+    launch = {"cluster_dims": (1, 1, split)} if split > 1 else {}
+    reduce = f"dq_cluster_reduce<{bN * bM // tile.threads}, {tile.threads}>"
+
+    @T.macro
+    def store_tile(Ct_frag, C_shared, C, bx, by):
+        for i, j in T.Parallel(bN, bM):
+            C_shared[j, i] = Ct_frag[i, j]
+        T.copy(C_shared, C[by * bM, bx * bN])
 
     @T.prim_func
     def main(
@@ -142,13 +186,18 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
         Z: T.Tensor(zeros_shape, "bfloat16"),
         C: T.Tensor((M, N), "bfloat16"),
     ):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=tile.threads) as (bx, by):
+        with T.Kernel(*grid, threads=tile.threads, **launch) as block:
+            bx, by = block[0], block[1]
+            k_first = block[2] * k_blocks if split > 1 else 0
             A_shared = T.alloc_shared((bM, bK), "bfloat16")
             B_shared = T.alloc_shared((bN, bK // 2), "int8")
             S_shared = T.alloc_shared((groups_per_block, bN), scale_dtype)
             W_frag = T.alloc_fragment((bN, bK), "bfloat16")
             Ct_frag = T.alloc_fragment((bN, bM), "float32")
             C_shared = T.alloc_shared((bM, bN), "bfloat16")
+            if split > 1:
+                partial_sums = T.alloc_shared((bN * bM,), "float32")
+                leader = T.alloc_local((1,), "int32")
             tx = T.get_thread_binding()
             T.import_source(DECODE_CUDA_SOURCE)
             # The decoder writes the fragment and reads the shared tiles through raw pointers, so
@@ -162,11 +211,16 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
             if fmt.has_zeros:
                 Z_shared = T.alloc_shared((groups_per_block, bN), "bfloat16")
                 layouts[Z_shared] = make_linear_layout(Z_shared)
+            if split > 1:
+                # the cluster reduction reads the sums through a raw pointer too: wgmma's accumulator layout
+                layouts[Ct_frag] = T.Fragment((bN, bM), forward_thread_fn=accumulator_thread,
+                                              forward_index_fn=accumulator_index)
             T.annotate_layout(layouts)
             if tile.swizzle:
                 T.use_swizzle(tile.swizzle)
             T.clear(Ct_frag)
-            for k in T.Pipelined(K // bK, num_stages=tile.num_stages):
+            for kb in T.Pipelined(k_blocks, num_stages=tile.num_stages):
+                k = k_first + kb
                 T.copy(A[by * bM, k * bK], A_shared)
                 T.copy(B[bx * bN, k * (bK // 2)], B_shared)
                 T.copy(S[k * bK // G, bx * bN], S_shared)
@@ -178,9 +232,14 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
                               T.address_of(S_shared[0, 0]),
                               T.address_of((Z_shared if fmt.has_zeros else S_shared)[0, 0]), tx)
                 T.gemm(W_frag, A_shared, Ct_frag, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-            for i, j in T.Parallel(bN, bM):
-                C_shared[j, i] = Ct_frag[i, j]
-            T.copy(C_shared, C[by * bM, bx * bN])
+            if split > 1:
+                # the cluster's partial sums meet in rank 0 (dq_cluster_reduce), which stores the tile
+                leader[0] = T.call_extern("int32", reduce, T.address_of(Ct_frag[0, 0]),
+                                          T.address_of(partial_sums[0]), tx)
+                if leader[0] == 1:
+                    store_tile(Ct_frag, C_shared, C, bx, by)
+            else:
+                store_tile(Ct_frag, C_shared, C, bx, by)
 
     return main
 

@@ -6,14 +6,20 @@
 #define DQ_FN static inline
 #endif
 
-// byte permute: result byte i = byte sel[4i+2:4i] of the 8-byte value {b, a} (selectors < 8 only)
+// byte permute: result byte i = byte sel[4i+2:4i] of the 8-byte value {b, a}; with bit 4i+3 of sel set,
+// that byte's sign (bit 7) replicated over all 8 bits instead (prmt's default mode)
 DQ_FN uint32_t dq_prmt(uint32_t a, uint32_t b, uint32_t sel) {
 #ifdef __CUDA_ARCH__
-  return __byte_perm(a, b, sel);
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
 #else
   uint64_t x = ((uint64_t)b << 32) | a;
   uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) r |= (uint32_t)((x >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (sel >> (4 * i)) & 15, byte = (uint32_t)(x >> (8 * (s & 7))) & 0xFF;
+    r |= (s & 8 ? (byte & 0x80 ? 0xFFu : 0u) : byte) << (8 * i);
+  }
   return r;
 #endif
 }
@@ -103,16 +109,58 @@ DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scal
           const uint32_t y = (x & 0x000F000Fu) ^ (KIND == 0 ? 0x43084308u : 0x43004300u);
           v = dq_fma_bf16x2(y, 0x3F803F80u, offset2[sg]);
         } else {
-          // e2m1: byte tables of the bf16 bits of the magnitudes {0,.5,1,1.5,2,3,4,6}, selected by
-          // the 3 magnitude bits of each nibble; the sign bit (3 of each nibble) goes to bit 15.
-          const uint32_t b = dq_prmt(w[i], 0u, t | 0x4440u);
-          const uint32_t sel = b & 0x77u;
-          const uint32_t hi = dq_prmt(0x3F3F3F00u, 0x40404040u, sel);
-          const uint32_t lo = dq_prmt(0xC0800000u, 0xC0804000u, sel);
-          v = dq_prmt(lo, hi, 0x5140u) | (((b << 12) | (b << 24)) & 0x80008000u);
+          // e2m1 by bit placement. A code's 3 magnitude bits (2 exponent, 1 mantissa) put at bf16 bits
+          // 6-8 (exponent field 0-3, top mantissa bit) make exactly value·2^-126, the zero exponent a
+          // subnormal that gives 0 and 0.5·2^-126 as e2m1's own subnormal does; the sign goes to bit 15.
+          // One prmt places both nibbles: byte 0 = byte t of w << 4 (the low nibble at bits 4-7),
+          // byte 1 = that byte's sign (bit 7) replicated, bytes 2-3 the same for the high nibble from w;
+          // then << 2 and one mask. The exact · 2^126 is one fma; the scale's fma below rounds once.
+          const uint32_t x = dq_prmt(w[i] << 4, w[i], t | ((t | 8) << 4) | ((t + 4) << 8) | ((t + 12) << 12));
+          v = dq_fma_bf16x2((x << 2) & 0x81C081C0u, 0x7E807E80u, 0x80008000u);
         }
         frag[2 * c + h] = dq_fma_bf16x2(v, scale2[sg], 0x80008000u);  // v * s + (-0): one rounding
       }
     }
   }
 }
+
+#ifdef __CUDA_ARCH__
+// Split-K over a thread-block cluster: the SPLITS CTAs of one output tile (the cluster's z extent, each
+// with its own K range) hold partial fp32 sums in the same fragment layout, so register r of thread tid
+// is the same output element in every CTA. Every CTA but rank 0 stores its sums in its own shared
+// memory ([r/4][tid][r%4], 16-byte per thread), the cluster syncs, and rank 0 adds its peers' sums
+// through distributed shared memory in rank order (deterministic: no atomics, no workspace, no second
+// kernel); a second cluster sync keeps the peers' shared memory alive until rank 0 has read it.
+// Returns 1 in rank 0, which then stores the tile, and 0 elsewhere. REGS: fp32 sums per thread.
+template <int REGS, int THREADS>
+__device__ __forceinline__ int dq_cluster_reduce(void* acc_, void* red_, int tid) {
+  static_assert(REGS % 4 == 0, "the partial sums travel 4 at a time");
+  float* acc = reinterpret_cast<float*>(acc_);
+  float4* red = reinterpret_cast<float4*>(red_);
+  uint32_t rank, ctas;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(ctas));
+  if (rank != 0) {
+#pragma unroll
+    for (int q = 0; q < REGS / 4; ++q)
+      red[q * THREADS + tid] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  if (rank == 0) {
+    const uint32_t local = (uint32_t)__cvta_generic_to_shared(red);
+    for (uint32_t peer = 1; peer < ctas; ++peer) {
+      uint32_t remote;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(peer));
+#pragma unroll
+      for (int q = 0; q < REGS / 4; ++q) {
+        float x, y, z, w;
+        asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(x), "=f"(y), "=f"(z), "=f"(w) : "r"(remote + 16u * (q * THREADS + tid)) : "memory");
+        acc[4 * q] += x; acc[4 * q + 1] += y; acc[4 * q + 2] += z; acc[4 * q + 3] += w;
+      }
+    }
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  return rank == 0;
+}
+#endif

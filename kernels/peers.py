@@ -7,9 +7,15 @@ layout change a library wants is made once, untimed, in the prepare.
 """
 from __future__ import annotations
 
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
 import torch
 
-from kernels.dequant_formats import TINYGEMM_GROUP, W4Format, decode_weight_bf16
+from kernels.dequant_formats import HUMMING_GROUP, TINYGEMM_GROUP, W4Format, decode_weight_bf16
 from kernels.formats import round_up
 from kernels.registry import Operands
 
@@ -161,3 +167,98 @@ def tinygemm_shape_limit(M: int, N: int, K: int) -> str | None:
     """torch's check on N (whole 8-row tiles). K must be whole groups of 128 (which are also whole K tiles
     of 16 x ``TINYGEMM_INNER_K_TILES``): the format itself refuses any other K when it quantizes."""
     return f"tinygemm: N={N} must be a multiple of 8" if N % 8 else None
+
+
+# ---- humming (humming-kernels, optional): a Marlin-class W4A16 GEMM, JIT-compiled with NVRTC -----------
+# On the codes and scales of w4_int4_sym_g128 in humming's layout (kernels.dequant_formats
+# ``w4_humming_int4_g128``). humming is imported on first use only: it is an optional GPU-host library
+# (pyproject.toml's extra "humming"; docs/operations.md: its offline wheel bundle), absent on CI and CPU hosts.
+HUMMING_DIST, HUMMING_VERSION = "humming-kernels", "0.1.20"
+HUMMING_ROW_TILE = 64  # its transform() asserts N % 64 (transform_humming_weight) and pads nothing by default
+# the operands prepare_humming adds: the layer (the transformed weight and scales) and its kernel's config
+HUMMING_LAYER, HUMMING_TUNING = "humming_layer", "humming_tuning_config"
+
+
+def humming_shape_limit(M: int, N: int, K: int) -> str | None:
+    """humming's weight layout is cut into 64-row tiles (its transform asserts N % 64). K must be whole groups of
+    128 (and so of its 32-wide packed K blocks): the format itself refuses any other K when it quantizes."""
+    if N % HUMMING_ROW_TILE:
+        return f"humming: N={N} must be a multiple of {HUMMING_ROW_TILE} (its weight layout's row tiles)"
+    return None
+
+
+def _humming_cache_dirs() -> None:
+    """humming's JIT cache (cubins) and lock folder, unless HUMMING_CACHE_DIR / HUMMING_TMP_DIR name them: under
+    this checkout's .cache/ beside TileLang's (a warm rerun loads instead of compiling), else under /tmp.
+    Set before humming is imported: it reads them once."""
+    if "HUMMING_CACHE_DIR" in os.environ and "HUMMING_TMP_DIR" in os.environ:
+        return
+    root = Path(__file__).resolve().parents[1] / ".cache" / "humming"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only checkout
+        root = Path(tempfile.gettempdir()) / f"lpgemm-humming-{os.getuid()}"
+    os.environ.setdefault("HUMMING_CACHE_DIR", str(root / "cache"))
+    os.environ.setdefault("HUMMING_TMP_DIR", str(root / "tmp"))
+    Path(os.environ["HUMMING_TMP_DIR"]).mkdir(parents=True, exist_ok=True)  # humming creates its subfolders only
+
+
+def import_humming():
+    """The humming package, imported now (its caches set first); RuntimeError saying what is missing when it
+    cannot be: not installed, or installed without what it needs at import (cuda-bindings, triton, ...)."""
+    _humming_cache_dirs()
+    try:
+        import humming  # first alone: its absence is then an error naming humming itself
+        import humming.layer
+        import humming.tune
+    except ModuleNotFoundError as e:
+        if e.name == "humming":
+            raise RuntimeError(f"{HUMMING_DIST} is not installed on this host: the humming peer needs "
+                               f"{HUMMING_DIST}=={HUMMING_VERSION} (pip install '.[humming]', or the offline wheel "
+                               "bundle of docs/operations.md)") from e
+        raise RuntimeError(f"{HUMMING_DIST} cannot be imported, a module it needs is missing: {e}") from e
+    except Exception as e:  # a dependency that is there but fails to load (a CUDA library, a compiled extension)
+        raise RuntimeError(f"{HUMMING_DIST} cannot be imported: {type(e).__name__}: {e}") from e
+    return humming
+
+
+def _with_compiler_errors(e: RuntimeError) -> RuntimeError:
+    """humming's failed JIT compile names only its log folder: the error lines of the compiler's log there, so
+    that the row says what NVRTC (or nvcc) refused."""
+    logs = re.search(r"source and compiler logs: (\S+)", str(e))
+    if logs is None:
+        return e
+    log = Path(logs[1]) / "stderr.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    errors = [line.strip() for line in text.splitlines() if re.search(r"\b(error|fatal)\b", line, re.I)]
+    return RuntimeError(f"humming's JIT compile failed: {' | '.join(errors[:3]) or str(e)} (logs: {logs[1]})")
+
+
+def prepare_humming(ops: Operands) -> Operands:
+    """humming's layer on the stored codes and scales, its weight layout made on the GPU (``transform``), and
+    the kernel its heuristics choose for this M compiled (NVRTC) by one call: all untimed. The layer and the
+    chosen config (JSON, as humming's forward takes it) are what the launch reads."""
+    A, B, scales = ops["A"], ops["B"], ops["scales"]
+    (M, K), N = A.shape, B.shape[0]
+    humming = import_humming()
+    if not A.is_cuda:
+        raise RuntimeError(f"humming runs on the GPU only; the operands are on {A.device}")
+    try:
+        layer = humming.layer.HummingLayer(
+            shape_n=N, shape_k=K, weight_config={"dtype": "int4", "group_size": HUMMING_GROUP},
+            torch_dtype=torch.bfloat16).to(A.device)
+        layer.load_from_tensors({"weight": B, "weight_scale": scales})
+        layer.transform()
+        tuning = json.dumps(humming.tune.get_heuristics_config(layer.humming_config, shape_m=M))
+        layer(A, tuning_config=tuning)  # compiles the kernel, and checks that it runs
+        torch.cuda.synchronize()
+    except RuntimeError as e:
+        if (explained := _with_compiler_errors(e)) is e:
+            raise  # as it is (an out-of-memory error stays one)
+        raise explained from e
+    return {HUMMING_LAYER: layer, HUMMING_TUNING: tuning}
+
+
+def launch_humming(kernel, ops: Operands) -> torch.Tensor:
+    layer, tuning = ops[HUMMING_LAYER], ops[HUMMING_TUNING]  # prepare's layer first, then the stored A
+    return layer(ops["A"], tuning_config=tuning)

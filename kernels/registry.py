@@ -99,6 +99,9 @@ class Variant:
     # tile -> why this variant's kernel cannot take it, or None; None here: plain tiles only (no
     # ``_p`` promotion, no ``_swapab``), since a kernel that ignored them would mislabel its rows
     tile_check: Callable[[object], str | None] | None = None
+    # whether its kernel takes ``_split<n>`` tiles (K split over n CTAs, reduced in the kernel); any other
+    # variant refuses them, whatever its tile_check says
+    split_k: bool = False
     # the tiles its kernel can take (kernels/tile_space.py): what the tile selection ranks and the tune
     # step times; None: its tiles come from config.yaml only
     tile_space: object | None = None
@@ -187,6 +190,8 @@ def unchecked_targets(variant: Variant, targets: list[str]) -> list[str]:
 
 def tile_problem(variant: Variant, tile) -> str | None:
     """Why ``tile`` (a kernels.tiles.Tile) is not one ``variant``'s kernel takes, or None; checked with the config."""
+    if tile.split_k > 1 and not variant.split_k:
+        return f"{variant.name}'s kernel does not split K: no _split<n> tiles"
     if variant.tile_check is not None:
         return variant.tile_check(tile)
     if tile.promote or tile.swap_ab:

@@ -1,8 +1,8 @@
 """Tile configurations, named CUTLASS-style so that a name encodes the whole configuration.
 
-Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col}][_z{panel}][_p{promote}][_swapab]``
+Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col}][_z{panel}][_p{promote}][_split{n}][_swapab]``
 e.g. ``m128n256k128_s3_t256_wrow_z8``; one spelling per tile (``Tile.name``: no leading zeros, no ``_z0``,
-``_p0`` or ``_wsq``, the default Square policy), which ``parse_tile`` insists on. ``lib`` names a library baseline (no tile), ``emulated``
+``_p0``, ``_split1`` or ``_wsq``, the default Square policy), which ``parse_tile`` insists on. ``lib`` names a library baseline (no tile), ``emulated``
 the CPU emulation of a variant's arithmetic.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ EMULATED = "emulated"
 _TILE_RE = re.compile(
     # [0-9], not \d: int() also reads other scripts' digits
     r"m(?P<block_M>[0-9]+)n(?P<block_N>[0-9]+)k(?P<block_K>[0-9]+)_s(?P<num_stages>[0-9]+)_t(?P<threads>[0-9]+)"
-    r"(?:_w(?P<policy>row|col|sq))?(?:_z(?P<swizzle>[0-9]+))?(?:_p(?P<promote>[0-9]+))?(?P<swap_ab>_swapab)?"
+    r"(?:_w(?P<policy>row|col|sq))?(?:_z(?P<swizzle>[0-9]+))?(?:_p(?P<promote>[0-9]+))?"
+    r"(?:_split(?P<split_k>[0-9]+))?(?P<swap_ab>_swapab)?"
 )
 _POLICIES = {"row": "FullRow", "col": "FullCol", "sq": "Square", None: "Square"}
 
@@ -31,6 +32,7 @@ class Tile:
     swizzle: int = 0  # threadblock rasterization panel; 0 = off
     promote: int = 0  # fp32 promotion of the accumulator every ``promote`` K blocks; 0 = never
     swap_ab: bool = False  # compute Cᵀ = B·Aᵀ: block_M tiles N and block_N tiles M (for small M)
+    split_k: int = 1  # K split over this many CTAs, whose partial sums are reduced in the kernel
 
     @property
     def name(self) -> str:
@@ -42,12 +44,14 @@ class Tile:
             s += f"_z{self.swizzle}"
         if self.promote:
             s += f"_p{self.promote}"
+        if self.split_k > 1:
+            s += f"_split{self.split_k}"
         if self.swap_ab:
             s += "_swapab"
         return s
 
 
-_GRAMMAR = ("m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol][_z<panel>][_p<promote every n K blocks>][_swapab], "
+_GRAMMAR = ("m<M>n<N>k<K>_s<stages>_t<threads>[_wrow|_wcol][_z<panel>][_p<promote every n K blocks>][_split<K split>][_swapab], "
             "in this order, e.g. m128n256k128_s3_t256_wrow_z8")
 _CORE_RE = re.compile(r"m[0-9]+n[0-9]+k[0-9]+_s[0-9]+_t[0-9]+")
 
@@ -72,15 +76,16 @@ def parse_tile(name: str) -> Tile:
         swizzle=int(d["swizzle"] or 0),
         promote=int(d["promote"] or 0),
         swap_ab=bool(d["swap_ab"]),
+        split_k=int(d["split_k"] or 1),
     )
-    for field in ("block_M", "block_N", "block_K", "num_stages", "threads"):
+    for field in ("block_M", "block_N", "block_K", "num_stages", "threads", "split_k"):
         if getattr(tile, field) <= 0:
             raise ValueError(f"bad tile name {name!r}: {field} must be positive")
     if tile.threads % 128:
         raise ValueError(f"bad tile name {name!r}: threads must be a multiple of 128 (whole warpgroups)")
     if tile.threads > MAX_THREADS_PER_BLOCK:
         raise ValueError(f"bad tile name {name!r}: threads must be at most {MAX_THREADS_PER_BLOCK} (a CUDA block's limit)")
-    # leading zeros, _z0, _p0 and _wsq (the default policy) parse to a tile whose name is spelled otherwise
+    # leading zeros, _z0, _p0, _split1 and _wsq (the default policy) parse to a tile whose name is spelled otherwise
     if tile.name != name:
         raise ValueError(f"bad tile name {name!r}: not the canonical spelling; write {tile.name!r}")
     return tile

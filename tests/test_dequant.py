@@ -172,9 +172,13 @@ def test_check_tile_rejects_misfits():
         ("m16n64k96_s4_t128_wrow", 576),  # 96 and 128 do not divide one another
         ("m16n64k256_s4_t128_wrow", 384),  # K not a multiple of block_K
         ("m12n64k256_s4_t128_wrow", 512),  # wgmma N must be a multiple of 8
+        ("m16n64k512_s2_t128_wrow_split4", 5120),  # K not a multiple of block_K x split (10 blocks, 4 CTAs)
+        ("m128n64k128_s4_t128_wrow_split2", 8192),  # the prefill form does not split K
+        ("m16n64k256_s4_t128_wrow_split16", 8192),  # more than a portable cluster
     ]:
         with pytest.raises(ValueError):
             dqw.check_dequant_w4_tile(fmt, K, parse_tile(bad))
+    dqw.check_dequant_w4_tile(fmt, 14336, parse_tile("m8n64k256_s4_t128_wrow_split8"))  # 56 K blocks, 7 per CTA
 
 
 # ---------------------------------------------------------------- the CUDA decoder on the host

@@ -71,6 +71,9 @@ EXERCISED_BY = {
         "tests/test_profile.py::test_published_profiles_are_sources_no_report_rebuilds"],
     ".venv/bin/python -m harness.tryout --compile-only --shapes 16x8192x8192 --variant fp8_e4m3_ws m64n16k256_s10_t256_swapab": [
         "tests/test_tryout.py::test_compile_only_reports_each_tiles_build"],
+    # docs/operations.md: the optional humming peer's offline wheel bundle (downloads: its pins are checked)
+    "bash envs/humming-bundle .gpu/humming": [
+        "tests/test_humming_peer.py::test_the_bundle_script_pins_the_wheels_the_docs_install"],
     # docs/operations.md: tuning
     ".venv/bin/snakemake --cores 16 results/published/h200/tuning/fp8": [
         "tests/test_selection.py::test_tuning_a_family_plans_its_tune_jobs_and_the_committed_table",

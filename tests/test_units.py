@@ -14,6 +14,25 @@ def test_tile_names_round_trip():
         assert parse_tile(name).name == name
     t = parse_tile("m128n256k64_s8_t256_wrow_z8")
     assert (t.block_M, t.block_N, t.block_K, t.num_stages, t.threads, t.policy, t.swizzle) == (128, 256, 64, 8, 256, "FullRow", 8)
+    t = parse_tile("m8n64k512_s2_t128_wrow_split4")
+    assert t.split_k == 4 and t.name == "m8n64k512_s2_t128_wrow_split4" and parse_tile("m8n64k512_s2_t128").split_k == 1
+
+
+@pytest.mark.parametrize("bad, why", [("m8n64k512_s2_t128_split1", "write 'm8n64k512_s2_t128'"),
+                                      ("m8n64k512_s2_t128_split0", "split_k must be positive"),
+                                      ("m8n64k512_s2_t128_swapab_split2", "misplaced suffix '_swapab_split2'")])
+def test_split_k_has_one_spelling(bad, why):
+    with pytest.raises(ValueError, match=why):
+        parse_tile(bad)
+
+
+def test_only_a_splitting_kernel_takes_split_tiles():
+    from kernels.registry import VARIANTS, load_all, tile_problem
+    load_all()
+    split = parse_tile("m128n128k128_s3_t256_split2")
+    assert "does not split K" in tile_problem(VARIANTS["fp8_e4m3_ws"], split)
+    assert "does not split K" in tile_problem(VARIANTS["int8_tilelang"], split)
+    assert tile_problem(VARIANTS["dequant_w4_int4_sym_g128"], parse_tile("m16n64k256_s4_t128_wrow_split2")) is None
 
 
 @pytest.mark.parametrize("bad", ["m128n256k128", "m128n256k128_s3_t100", "128x256", "m0n64k64_s2_t128"])
