@@ -20,7 +20,7 @@ from harness.device import detect_gpu, matching_platforms
 from harness.metrics import gated_metrics
 from kernels.registry import FORMATS, VARIANTS, load_all, registration_sites, tile_problem, unchecked_targets
 from kernels.smem import kernel_smem_bytes
-from kernels.tiles import LIBRARY, SHAPE_BOUNDS, parse_shape, parse_tile, shape_class, smem_problem
+from kernels.tiles import LIBRARY, SHAPE_BOUNDS, compile_check_shape, parse_shape, parse_tile, shape_class, smem_problem
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -705,8 +705,11 @@ class Plan:
 
     def check_compile_jobs(self, entry: str) -> list[tuple[str, str, list[str]]]:
         """(target, tile, shapes) per kernel of an entry's compile-check job: every target, every tile, at
-        the sweeps.cpu_compile shapes (a cross-compile does not depend on the host)."""
-        return [(t, tile, self.config["sweeps"]["cpu_compile"]) for t in self.targets for tile in self.tiles_for(entry, t)]
+        the sweeps.cpu_compile shapes (a cross-compile does not depend on the host), K raised to the tile's
+        whole K blocks per CTA where it needs more (``tiles.compile_check_shape``: a split tile)."""
+        def shapes(tile: str) -> list[str]:
+            return list(dict.fromkeys(compile_check_shape(s, parse_tile(tile)) for s in self.config["sweeps"]["cpu_compile"]))
+        return [(t, tile, shapes(tile)) for t in self.targets for tile in self.tiles_for(entry, t)]
 
     def gpu_platforms(self, target: str) -> list[str]:
         """The planned GPU platforms of an arch (its reference platform when none is planned)."""

@@ -29,7 +29,7 @@ the measurements.
 
 Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow[_split{n}]``;
 the warps must lie along the weight rows (``_wrow``). block_K must be a multiple or a divisor of the
-group, and K a multiple of block_K·n (else the shape is refused). TileLang evaluates a prim_func's
+group, and K a multiple of block_K·n. TileLang evaluates a prim_func's
 annotations with the factory's closure variables, so this module must not use
 ``from __future__ import annotations``.
 """
@@ -39,7 +39,7 @@ import torch
 
 from kernels.dequant_formats import W4Format
 from kernels.formats import check_gemm_shape
-from kernels.registry import Operands, Unsupported
+from kernels.registry import Operands
 from kernels.tiles import Tile
 
 # The CUDA decoder, pasted into the kernel with T.import_source and called with T.call_extern. It also
@@ -60,23 +60,6 @@ def fragment_index(i, j):
     return j // 8 * 4 + i % 16 // 8 * 2 + j % 2
 
 
-def accumulator_thread(i, j):
-    """Thread owning element (i, j) of the fp32 accumulator (wgmma D fragment, 64 rows per warpgroup)."""
-    return i // 16 * 32 + i % 8 * 4 + j % 8 // 2
-
-
-def accumulator_index(i, j):
-    """Register slot of element (i, j) in its thread's accumulator (fp32 units)."""
-    return j // 8 * 4 + i % 16 // 8 * 2 + j % 2
-
-
-def k_blocks_problem(K: int, tile: Tile) -> str | None:
-    """Why K does not split into whole K blocks per CTA of ``tile``, or None."""
-    if K % (tile.block_K * tile.split_k):
-        return f"K={K} must be a multiple of block_K·split = {tile.block_K}·{tile.split_k}"
-    return None
-
-
 def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
     """Raise ValueError when the tile does not fit the weight-as-left-operand kernel."""
     bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
@@ -92,8 +75,8 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
         problems.append(f"block_K must be a multiple of 32 and at most 512, got {bK}")
     if bK % fmt.group and fmt.group % bK:
         problems.append(f"block_K={bK} and the group size {fmt.group} must divide one another")
-    if why := k_blocks_problem(K, tile):
-        problems.append(why)
+    if K % (bK * tile.split_k):
+        problems.append(f"K={K} must be a multiple of block_K·split = {bK}·{tile.split_k}")
     if tile.split_k > 1 and not decode_form(tile):
         problems.append(f"a K split needs the decode form (block_M <= {DECODE_MAX_BLOCK_M}), got block_M={bM}")
     if not 1 <= tile.split_k <= MAX_SPLIT_K:
@@ -152,9 +135,6 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     and clips C rows past M.
     """
     check_gemm_shape("dequant_w4_kernel", M, N, K)
-    # a tile meant for longer K (a class's tiles serve every K of it): a refusal of this shape, not a failure
-    if why := k_blocks_problem(K, tile):
-        raise Unsupported(f"tile {tile.name}: {why}")
     import tilelang.language as T
     from tilelang.layout import make_linear_layout
 
@@ -212,9 +192,10 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
                 Z_shared = T.alloc_shared((groups_per_block, bN), "bfloat16")
                 layouts[Z_shared] = make_linear_layout(Z_shared)
             if split > 1:
-                # the cluster reduction reads the sums through a raw pointer too: wgmma's accumulator layout
-                layouts[Ct_frag] = T.Fragment((bN, bM), forward_thread_fn=accumulator_thread,
-                                              forward_index_fn=accumulator_index)
+                # the cluster reduction reads the sums through a raw pointer too: wgmma's accumulator (D)
+                # layout, which maps elements to threads and slots as the A fragment does
+                layouts[Ct_frag] = T.Fragment((bN, bM), forward_thread_fn=fragment_thread,
+                                              forward_index_fn=fragment_index)
             T.annotate_layout(layouts)
             if tile.swizzle:
                 T.use_swizzle(tile.swizzle)

@@ -2,8 +2,8 @@
 
 Grammar: ``m{block_M}n{block_N}k{block_K}_s{num_stages}_t{threads}[_w{row|col}][_z{panel}][_p{promote}][_split{n}][_swapab]``
 e.g. ``m128n256k128_s3_t256_wrow_z8``; one spelling per tile (``Tile.name``: no leading zeros, no ``_z0``,
-``_p0``, ``_split1`` or ``_wsq``, the default Square policy), which ``parse_tile`` insists on. ``lib`` names a library baseline (no tile), ``emulated``
-the CPU emulation of a variant's arithmetic.
+``_p0``, ``_split1`` or ``_wsq``, the default Square policy), which ``parse_tile`` insists on. ``lib``
+names a library baseline (no tile), ``emulated`` the CPU emulation of a variant's arithmetic.
 """
 from __future__ import annotations
 
@@ -101,6 +101,15 @@ def parse_shape(name: str) -> tuple[int, int, int]:
     if canonical != name:
         raise ValueError(f"bad shape {name!r}: not the canonical spelling; write {canonical!r}")
     return dims  # type: ignore[return-value]
+
+
+def compile_check_shape(shape: str, tile: Tile) -> str:
+    """``shape`` (MxNxK) with K raised to whole K blocks for every CTA of ``tile`` (block_K · split_k): the shape
+    at which the compile check builds a tile that a shorter K cannot take (a split tile: each CTA of its
+    cluster needs K blocks of its own). Unchanged where K already divides into them."""
+    M, N, K = parse_shape(shape)
+    step = tile.block_K * tile.split_k
+    return f"{M}x{N}x{-(-K // step) * step}"
 
 
 # ---------------------------------------------------------------- what a block may use, per arch

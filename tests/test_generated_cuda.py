@@ -27,6 +27,7 @@ from conftest import CANONICAL_SHAPE, DEFAULT_CONFIG, REPO
 
 from harness.plan import Plan
 from kernels.registry import load_all
+from kernels.tiles import compile_check_shape, parse_shape, parse_tile
 
 HASHES = Path(__file__).with_name("generated_cuda.sha256.json")
 SHAPE = "x".join(map(str, CANONICAL_SHAPE))
@@ -68,8 +69,13 @@ def configured_kernels() -> list[tuple[str, str, str]]:
                    for target, tile, _ in plan.check_compile_jobs(e)})
 
 
+def check_shape(tile: str) -> str:
+    """The shape the compile check builds ``tile`` at: the canonical one, K raised for a split tile."""
+    return compile_check_shape(SHAPE, parse_tile(tile))
+
+
 def key(variant: str, target: str, tile: str) -> str:
-    return f"{variant}/{target}/{tile}/{SHAPE}"
+    return f"{variant}/{target}/{tile}/{check_shape(tile)}"
 
 
 def _newest_kernel_source() -> float:
@@ -85,10 +91,11 @@ def main_job_outcome(variant: str, target: str, tile: str, newer_than: float) ->
     record = REPO / "results/compile" / variant / target / f"{tile}.json"
     if not record.exists() or record.stat().st_mtime <= newer_than:
         return None
-    rec = next((r for r in json.loads(record.read_text())["records"] if r["shape"] == SHAPE), None)
+    shape = check_shape(tile)
+    rec = next((r for r in json.loads(record.read_text())["records"] if r["shape"] == shape), None)
     if rec is None or rec["status"] != "ok":
         return None if rec is None else (rec["status"], None)
-    return "ok", (REPO / "results/compile" / variant / "artifacts" / target / tile / SHAPE / "kernel.cu").read_text()
+    return "ok", (REPO / "results/compile" / variant / "artifacts" / target / tile / shape / "kernel.cu").read_text()
 
 
 def test_renaming_is_consistent_and_keeps_everything_else():
@@ -117,7 +124,7 @@ def test_generated_cuda_of_every_configured_tile_is_unchanged(kernels):
     for variant, target, tile in configured_kernels():
         outcome = main_job_outcome(variant, target, tile, newest)
         if outcome is None:
-            compiled = kernels(variant, tile, target)
+            compiled = kernels(variant, tile, target, parse_shape(check_shape(tile)))
             outcome = compiled.record["status"], compiled.source if compiled.record["status"] == "ok" else None
         status, source = outcome
         found[key(variant, target, tile)] = (hashlib.sha256(normalised(source).encode()).hexdigest()

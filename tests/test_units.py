@@ -146,3 +146,10 @@ def test_a_job_checks_the_gpu_it_landed_on(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 9))
     with pytest.raises(RuntimeError, match="expects sm_90a"):
         device.check_landed("h100", spec)
+
+
+def test_the_compile_check_raises_k_for_a_split_tile_only():
+    from kernels.tiles import compile_check_shape
+    assert compile_check_shape("256x256x512", parse_tile("m8n64k512_s2_t128_wrow_split2")) == "256x256x1024"
+    assert compile_check_shape("256x256x512", parse_tile("m16n64k256_s4_t128_wrow_split2")) == "256x256x512"
+    assert compile_check_shape("256x256x512", parse_tile("m128n256k128_s3_t256")) == "256x256x512"
