@@ -371,6 +371,19 @@ def test_compile_decode_form_with_swizzled_tile_sm90a(kernels):
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 8, 16,", src)
 
 
+@pytest.mark.compile
+def test_compile_split_decode_tile_reduces_through_its_cluster(kernels):
+    """The configured split tile (m16 class) at its compile-check shape, the build test_instruction_checks and the
+    main job's compile check make too: a z axis of 2 CTAs per output tile, each over half of K, and the
+    cluster reduction before the store, which only rank 0 makes."""
+    k = kernels("dequant_w4_int4_sym_g128", "m8n64k512_s2_t128_wrow_split2", "sm_90a", (256, 256, 1024))
+    assert k.record["status"] == "ok", k.record.get("reason")
+    src = k.source
+    assert "dq_cluster_reduce<4, 128>" in src and "barrier.cluster.arrive.release" in src
+    assert re.search(r"if \(leader\[0\] == 1\)", src)  # only rank 0 stores C
+    assert re.search(r"\(\(int\)blockIdx\.z\)", src)  # the CTA's half of K
+
+
 # ---------------------------------------------------------------- tinygemm, the library peer
 
 

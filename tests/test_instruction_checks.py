@@ -11,6 +11,7 @@ from conftest import DEFAULT_CONFIG
 from harness import sass
 from harness.plan import Plan, validate
 from kernels.registry import VARIANTS, load_all
+from kernels.tiles import parse_shape
 
 load_all()
 
@@ -62,8 +63,12 @@ def corpus(_kernel_builds) -> dict[tuple[str, str], object]:
     """Each variant's first tile for each target in config.yaml, at the compile-check shape: the kernels the
     main job's compile check builds too."""
     plan = Plan(validate(copy.deepcopy(DEFAULT_CONFIG), check_shapes=False))
-    return {(name, arch): _kernel_builds(name, plan.tiles_for(name, arch)[0], arch)
-            for name, targets in CORPUS.items() for arch in targets}
+
+    def first_check(name: str, arch: str):
+        tile, shapes = next((tile, shapes) for t, tile, shapes in plan.check_compile_jobs(name) if t == arch)
+        return _kernel_builds(name, tile, arch, parse_shape(shapes[0]))  # K raised for a split tile
+
+    return {(name, arch): first_check(name, arch) for name, targets in CORPUS.items() for arch in targets}
 
 
 @pytest.fixture(scope="module")
