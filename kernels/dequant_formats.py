@@ -292,16 +292,21 @@ W4_FORMATS = {fmt.name: fmt for fmt in (W4_INT4_SYM_G128, W4_UINT4_ZP_G128, W4_E
 # - "scales" (humming's "weight_scale"): bf16 (N, K/128), row-major (the shape its load checks).
 # humming decodes code c as (c - 8)·s, the value w4_int4_sym_g128 gives q·s.
 HUMMING_FORMAT = "w4_humming_int4_g128"
-HUMMING_GROUP = 128
+HUMMING_GROUP = W4_INT4_SYM_G128.group
+
+
+def _flip_code_bias(packed: torch.Tensor) -> torch.Tensor:
+    """The bytes of two packed codes with each nibble's top bit flipped: two's complement q <-> offset-binary
+    q + 8 (-8 = 1000b <-> 0000b, 7 = 0111b <-> 1111b); its own inverse."""
+    return packed.contiguous().view(torch.uint8) ^ 0x88
 
 
 def humming_words(packed: torch.Tensor) -> torch.Tensor:
     """w4_int4_sym_g128's packed weight (int8 (N, K/2): q in two's complement, element 2i in the low nibble)
-    as humming's words of the codes q + 8 (int32 (N, K/8)). Exact, and its own inverse on the bytes."""
-    # q + 8 is q's two's-complement nibble with its top bit flipped (-8 = 1000b -> 0000b, 7 = 0111b -> 1111b),
-    # and the nibble order is already humming's: byte b of a little-endian word holds elements 2b (low nibble)
+    as humming's words of the codes q + 8 (int32 (N, K/8)). Exact."""
+    # the nibble order is already humming's: byte b of a little-endian word holds elements 2b (low nibble)
     # and 2b + 1, so element 8j + t sits at bits [4t, 4t + 4) of word j
-    return (packed.contiguous().view(torch.uint8) ^ 0x88).view(torch.int32)
+    return _flip_code_bias(packed).view(torch.int32)
 
 
 def humming_as_int4_sym(ops: Operands, who: str = "humming_as_int4_sym") -> Operands:
@@ -311,8 +316,7 @@ def humming_as_int4_sym(ops: Operands, who: str = "humming_as_int4_sym") -> Oper
     if B.dtype != torch.int32 or B.ndim != 2:
         raise OperandTypeError(f"{who}: B must hold humming's int32 words of eight 4-bit codes, shape (N, K/8), "
                                f"got {B.dtype} of shape {tuple(B.shape)}")
-    packed = (B.contiguous().view(torch.uint8) ^ 0x88).view(torch.int8)  # humming_words undone
-    return {"A": A, "B": packed, "scales": scales.T.contiguous()}
+    return {"A": A, "B": _flip_code_bias(B).view(torch.int8), "scales": scales.T.contiguous()}
 
 
 def _quantize_humming(A: torch.Tensor, B: torch.Tensor) -> Operands:

@@ -98,9 +98,10 @@ def int4_ws_tile_problem(tile: Tile) -> str | None:
     return tile_problem(tile, int4_ws_smem_bytes(tile), DECODING_PRODUCER)
 
 
-# the tiles the selection ranks (kernels/tile_space.py): block_N in steps of 32 (the decoders' rows; 224 is
-# refused by the tile rule above), block_K 64 or 128 (the decoded ring's depth is what hides the decode)
-INT4_WS_TILES = TileSpace(block_M=(64, 128), block_N=(64, 96, 128, 160, 192, 256), block_K=(64, 128),
+# the tiles the selection ranks (kernels/tile_space.py): block_N in steps of 32 (the decoders' rows; the
+# candidates keep what the tile rule above accepts, so not 224), block_K 64 or 128 (the decoded ring's depth
+# is what hides the decode)
+INT4_WS_TILES = TileSpace(block_M=(64, 128), block_N=tuple(range(64, 257, 32)), block_K=(64, 128),
                           threads=warpgroup_threads, max_stages=8, swizzle=grouped_panel, persistent=True,
                           arches=("sm_90a",))
 
