@@ -37,8 +37,11 @@ from kernels.fp8 import CUBLAS_FP8_E4M3, FP8_AS_F16_HMMA, FP8_QGMMA, FP8_QMMA
 from kernels.peers import (
     CUBLAS_NOT_SUPPORTED,
     cublaslt_fp8_shape_limit,
+    fbgemm_groupwise_fp8_shape_limit,
     launch_cublas_blockwise_fp8,
+    launch_fbgemm_groupwise_fp8,
     prepare_cublas_blockwise_fp8,
+    prepare_fbgemm_groupwise_fp8,
 )
 from kernels.registry import Operands, register
 from kernels.warp_specialized import PASS_CONFIGS as WS_PASS_CONFIGS
@@ -111,6 +114,16 @@ CUBLAS_BLOCKWISE_FP8 = register(
     emulate=emulate_blockscaled_sm90, launch=launch_cublas_blockwise_fp8, prepare=prepare_cublas_blockwise_fp8,
     run_refusals=(CUBLAS_NOT_SUPPORTED,), min_cc=90, shape_limit=cublaslt_fp8_shape_limit,
     description="torch._scaled_mm (cuBLASLt) e4m3 with 1x128 (A) and 128x128 (B) fp32 block scales, bf16 out",
+)
+# fbgemm-gpu-genai (optional, GPU hosts): FBGEMM's CUTLASS kernels of the same recipe on the same operands, a second
+# library peer row of the family, compared with cuBLAS's blockwise call; not a column of the TileLang variants
+FBGEMM_GROUPWISE_FP8 = register(
+    name="fbgemm_groupwise_fp8", **_BLOCKSCALED, input_format=DEEPSEEK_1X128_128X128.name,
+    emulate=emulate_blockscaled_sm90, launch=launch_fbgemm_groupwise_fp8, prepare=prepare_fbgemm_groupwise_fp8,
+    baseline=CUBLAS_BLOCKWISE_FP8.name, min_cc=90, shape_limit=fbgemm_groupwise_fp8_shape_limit,
+    description="fbgemm-gpu-genai 1.6.0 torch.ops.fbgemm.f8f8bf16_groupwise: CUTLASS sm90 warp-specialized e4m3 GEMM "
+    "(sm_90a only), DeepSeek recipe (1x128 A and 128x128 B fp32 scales, promoted to fp32 every 128 K), its kernel "
+    "chosen by a heuristic on M (128x16 ping-pong tiles for M <= 16, else 128x128 cooperative), bf16 out",
 )
 BLOCKSCALED_SM90 = register(
     name="blockscaled_sm90", **_KERNEL, input_format=DEEPSEEK_1X128_128X128.name, emulate=emulate_blockscaled_sm90,

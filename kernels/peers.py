@@ -7,6 +7,7 @@ layout change a library wants is made once, untimed, in the prepare.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -16,8 +17,8 @@ from pathlib import Path
 import torch
 
 from kernels.dequant_formats import HUMMING_GROUP, TINYGEMM_GROUP, W4Format, decode_weight_bf16
-from kernels.formats import round_up
-from kernels.registry import Operands
+from kernels.formats import OperandTypeError, ceil_div, format_operands, round_up
+from kernels.registry import Operands, Unsupported
 
 # ---- cuBLAS bf16 (cublas_bf16): the unquantized GEMM ---------------------------------------------
 
@@ -262,3 +263,127 @@ def prepare_humming(ops: Operands) -> Operands:
 def launch_humming(kernel, ops: Operands) -> torch.Tensor:
     layer, tuning = ops[HUMMING_LAYER], ops[HUMMING_TUNING]  # prepare's layer first, then the stored A
     return layer(ops["A"], tuning_config=tuning)
+
+
+# ---- fbgemm (fbgemm-gpu-genai, optional): FBGEMM's CUTLASS fp8 GEMM of the DeepSeek recipe ------------------
+# torch.ops.fbgemm.f8f8bf16_groupwise(XQ, WQ, x_scale, w_scale) -> bf16 (M, N), on the stored operands of
+# deepseek_1x128_128x128 (A (M, K) and B (N, K) e4m3, contiguous) and its fp32 scales in the layouts its kernels
+# read, made once in the prepare. What FBGEMM v1.6.0 holds (fbgemm_gpu/experimental/gen_ai/src/quantize/):
+# - quantize_defs.cpp: the schema above; quantize.cpp registers its implementation in CUDA builds (not ROCm).
+# - cutlass_extensions/f8f8bf16_groupwise.cu: without FBGEMM_AUTOTUNE_ENABLE in the environment, a heuristic on M
+#   picks one of two CUTLASS 3 sm90 kernels: M <= 16 a 128x16x128 tile, cluster 1x1x1, ping-pong schedule; else a
+#   128x128x128 tile, cluster 1x2x1, cooperative schedule. (With the variable set it would tune over the list of
+#   f8f8bf16_groupwise_manifest.cuh, which is empty in 1.6.0: "Kernels to tune over is empty.")
+# - cutlass_extensions/f8f8bf16_groupwise/f8f8bf16_groupwise_common.cuh: XQ and WQ must be CUDA and contiguous, the
+#   scales fp32 (TORCH_CHECKs); the kernel (KernelTmaWarpSpecialized{Pingpong,Cooperative}FP8BlockScaledAccum,
+#   ArchTag Sm90: wgmma, sm_90a) runs the transposed problem (N, M, K) with WQ as its row-major left operand; the
+#   scales are read through raw pointers in the layouts of CUTLASS's Sm90BlockwiseScaleConfig<1, 128, 128>, whose
+#   default is MN-major (external/cutlass at 571edeb, include/cutlass/detail/blockwise_scale_layout.hpp): x_scale
+#   element (m, kb) at kb·M + m, w_scale element (nb, kb) at kb·⌈N/128⌉ + nb. Nothing checks their shapes or
+#   strides, and gemm.can_implement is commented out: the shape limit below states what its TMA needs.
+# - bench/quantize_ops.py (FP8CutlassGroupwiseGemm) makes the same layouts: quantize_fp8_group(x, k_major=False)
+#   gives x_scale [⌈K/128⌉, M], quantize_fp8_block(w, 128, 128, k_major=False) w_scale [⌈K/128⌉, ⌈N/128⌉];
+#   both are dequantizing scales (x ≈ q·scale), as this project's are.
+# fbgemm_gpu is imported on first use only: it is an optional GPU-host library (pyproject.toml's extra "fbgemm";
+# docs/operations.md: its offline sm_90a bundle), absent on CI and CPU hosts.
+FBGEMM_DIST, FBGEMM_VERSION = "fbgemm-gpu-genai", "1.6.0"
+FBGEMM_MODULE = "fbgemm_gpu.experimental.gen_ai"  # importing it loads the library that registers torch.ops.fbgemm
+FBGEMM_SMALL_M = 16  # its heuristic: up to this M the 128x16 kernel, above it the 128x128 one
+# its scale blocks, Sm90BlockwiseScaleConfig<1, 128, 128>: K and N granularity, those of deepseek_1x128_128x128 (not
+# imported from kernels.blockscaled_formats, which every family's jobs would then depend on through this module)
+FBGEMM_SCALE_BLOCK = 128
+FBGEMM_CC = (9, 0)  # its kernels are sm_90a (Hopper) only (fbgemm_groupwise_gpu_problem)
+# the operands prepare_fbgemm_groupwise_fp8 adds: the op, and the two scale tensors in its layouts
+FBGEMM_OP, FBGEMM_X_SCALE, FBGEMM_W_SCALE = "fbgemm_groupwise_op", "fbgemm_x_scale", "fbgemm_w_scale"
+
+
+def fbgemm_groupwise_fp8_shape_limit(M: int, N: int, K: int) -> str | None:
+    """What fbgemm's f8f8bf16_groupwise cannot take, since 1.6.0 checks none of it (can_implement is commented out):
+    K whole scale blocks of 128 (one per K tile of both kernels; a partial last block is refused here, not risked),
+    N % 8 (the TMA store of the bf16 output needs 16-byte rows; A's and B's TMA loads need K % 16, which K % 128
+    gives), and above M = 16 M % 4: the 128x128 kernel loads x_scale with TMA (IsTmaLoadSFB in CUTLASS's
+    sm90_mma_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling.hpp: at least 32 MN-major scales per tile, here the
+    tile's 128 rows of A, against one of B), and the pitch between its K blocks, M floats, must be a multiple of 16
+    bytes. The 128x16 kernel (M <= 16) loads it with cp.async, element by element."""
+    problems = []
+    if K % FBGEMM_SCALE_BLOCK:
+        problems.append(f"K={K} must be a multiple of {FBGEMM_SCALE_BLOCK} (whole scale blocks: one per K tile of its kernels)")
+    if N % 8:
+        problems.append(f"N={N} must be a multiple of 8 (the TMA store of its bf16 output needs 16-byte rows)")
+    if M > FBGEMM_SMALL_M and M % 4:
+        problems.append(f"M={M} must be a multiple of 4 when M > {FBGEMM_SMALL_M} (its 128x128 kernel loads the 1x128 "
+                        "scales with TMA: the pitch between their K blocks, M floats, must be 16 bytes)")
+    return "fbgemm f8f8bf16_groupwise cannot run this shape: " + "; ".join(problems) if problems else None
+
+
+def fbgemm_groupwise_scales(ops: Operands, who: str = "fbgemm_groupwise_scales") -> tuple[torch.Tensor, torch.Tensor]:
+    """deepseek_1x128_128x128's scales as f8f8bf16_groupwise reads them: (x_scale, w_scale), fp32, contiguous.
+
+    x_scale (⌈K/128⌉, M), element (kb, m) = SFA[m, kb]: the stored M-major ``SFA_t`` without its padding rows, so a
+    view of it where M % 4 == 0 (its pitch is then M) and one copy otherwise; w_scale (⌈K/128⌉, ⌈N/128⌉), element
+    (kb, nb) = SFB[nb, kb], a copy (⌈N/128⌉·⌈K/128⌉ floats). Made once, untimed; OperandTypeError where the operands
+    are not the format's (fbgemm reinterprets its inputs' bytes and checks neither dtype nor scale shape)."""
+    A, B, sfa_t, sfb = format_operands(ops, ("A", "B", "SFA_t", "SFB"), who)
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[1]:
+        raise OperandTypeError(f"{who}: A must be (M, K) and B (N, K), got {tuple(A.shape)} and {tuple(B.shape)}")
+    (M, K), N = A.shape, B.shape[0]
+    if A.dtype != torch.float8_e4m3fn or B.dtype != torch.float8_e4m3fn:
+        raise OperandTypeError(f"{who}: A and B must be torch.float8_e4m3fn (its kernels read e4m3), got {A.dtype} "
+                               f"and {B.dtype}")
+    kb = ceil_div(K, FBGEMM_SCALE_BLOCK)
+    if sfa_t.dtype != torch.float32 or sfa_t.ndim != 2 or sfa_t.shape[0] != kb or sfa_t.shape[1] < M:
+        raise OperandTypeError(f"{who}: SFA_t must be fp32 (⌈K/128⌉, ≥ M) = ({kb}, ≥ {M}), got {sfa_t.dtype} "
+                               f"{tuple(sfa_t.shape)}")
+    if sfb.dtype != torch.float32 or tuple(sfb.shape) != (ceil_div(N, FBGEMM_SCALE_BLOCK), kb):
+        raise OperandTypeError(f"{who}: SFB must be fp32 (⌈N/128⌉, ⌈K/128⌉) = ({ceil_div(N, FBGEMM_SCALE_BLOCK)}, {kb}), got "
+                               f"{sfb.dtype} {tuple(sfb.shape)}")
+    return sfa_t[:, :M].contiguous(), sfb.T.contiguous()
+
+
+def import_fbgemm_groupwise():
+    """torch.ops.fbgemm.f8f8bf16_groupwise, its library loaded now; RuntimeError saying what is missing when it
+    cannot be: not installed, installed without what it needs at import, or a build without the op."""
+    try:
+        importlib.import_module(FBGEMM_MODULE)
+    except ModuleNotFoundError as e:
+        if e.name in ("fbgemm_gpu", "fbgemm_gpu.experimental", FBGEMM_MODULE):
+            raise RuntimeError(f"{FBGEMM_DIST} is not installed on this host: the fbgemm peer needs "
+                               f"{FBGEMM_DIST}=={FBGEMM_VERSION} (pip install '.[fbgemm]', or the offline sm_90a "
+                               f"bundle of docs/operations.md; no module {e.name!r})") from e
+        raise RuntimeError(f"{FBGEMM_DIST} cannot be imported, a module it needs is missing: {e}") from e
+    except Exception as e:  # its library fails to load (a CUDA library, torch's ABI)
+        raise RuntimeError(f"{FBGEMM_DIST} cannot be imported: {type(e).__name__}: {e}") from e
+    try:
+        return torch.ops.fbgemm.f8f8bf16_groupwise
+    except (AttributeError, RuntimeError) as e:
+        raise RuntimeError(f"{FBGEMM_DIST} is installed but registers no torch.ops.fbgemm.f8f8bf16_groupwise: "
+                           f"{e}") from e
+
+
+def fbgemm_groupwise_gpu_problem(cc: tuple[int, int]) -> str | None:
+    """Why a GPU of compute capability ``cc`` cannot run it, or None: its kernels are sm_90a only, and 1.6.0's
+    heuristic would launch them on any other GPU too: the wheel's sm_100a copies of them print an error and exit
+    (cuobjdump -sass), leaving the output unwritten."""
+    if tuple(cc) == FBGEMM_CC:
+        return None
+    return (f"{FBGEMM_DIST} {FBGEMM_VERSION}'s f8f8bf16_groupwise has CUTLASS sm90 (sm_90a) kernels only; this GPU is "
+            f"compute capability {cc[0]}.{cc[1]}")
+
+
+def prepare_fbgemm_groupwise_fp8(ops: Operands) -> Operands:
+    """The op and the two scale tensors in its layouts (``fbgemm_groupwise_scales``), made once with the operands,
+    so that the launch calls the op and nothing else; Unsupported on a GPU other than sm_90
+    (``fbgemm_groupwise_gpu_problem``)."""
+    x_scale, w_scale = fbgemm_groupwise_scales(ops, "prepare_fbgemm_groupwise_fp8")
+    A = ops["A"]
+    # a GPU it has no kernels for is a refusal whether the library is installed there or not
+    if A.is_cuda and (why := fbgemm_groupwise_gpu_problem(torch.cuda.get_device_capability(A.device))):
+        raise Unsupported(why)
+    op = import_fbgemm_groupwise()
+    if not A.is_cuda:
+        raise RuntimeError(f"fbgemm's f8f8bf16_groupwise runs on the GPU only; the operands are on {A.device}")
+    return {FBGEMM_OP: op, FBGEMM_X_SCALE: x_scale, FBGEMM_W_SCALE: w_scale}
+
+
+def launch_fbgemm_groupwise_fp8(kernel, ops: Operands) -> torch.Tensor:
+    return ops[FBGEMM_OP](ops["A"], ops["B"], ops[FBGEMM_X_SCALE], ops[FBGEMM_W_SCALE])

@@ -16,7 +16,9 @@ V = get_variant("blockscaled_sm90")
 
 @pytest.mark.parametrize("tile,problem", [
     ("m128n256k64_s3_t384", "block_K must be 128"),
-    ("m128n192k128_s3_t384", "block_N must be 64, 128 or 256"),
+    ("m128n200k128_s3_t384", "multiple of 16 up to 192, or 256"),
+    ("m128n224k128_s2_t384", "multiple of 16 up to 192, or 256"),
+    ("m128n176k128_s3_t384", "straddle three"),
     ("m128n256k128_s3_t384_p1", "no _p"),
     ("m64n64k128_s8_t256_swapab", "no _swapab"),
     ("m128n256k128_s4_t384", "shared memory"),
@@ -26,6 +28,22 @@ V = get_variant("blockscaled_sm90")
 ])
 def test_tiles_the_kernel_cannot_take_are_refused(tile, problem):
     assert problem in tile_problem(V, parse_tile(tile))
+
+
+@pytest.mark.parametrize("block_N,sub_N,offsets", [
+    (64, 64, (0,)), (128, 128, (0,)), (256, 128, (0,)),  # never straddle: every partial within one scale block
+    (192, 192, (0, 64)), (160, 160, (0, 32, 64, 96)), (96, 96, (0, 32, 64, 96)),
+])
+def test_a_partial_sum_straddles_two_b_scale_blocks_only_where_block_N_and_128_do_not_divide(block_N, sub_N, offsets):
+    assert bw.sub_block_N(block_N) == sub_N
+    assert bw.scale_offsets(block_N) == offsets
+    # where the first column of a tile's partial (n·block_N + h·sub_N) lands in its scale block: each offset
+    # listed, or (one offset: 0) never where the partial would cross into the next block
+    starts = {(n * block_N + h * sub_N) % bw.SCALE_BLOCK for n in range(16) for h in range(block_N // sub_N)}
+    if len(offsets) > 1:
+        assert starts == set(offsets)
+    else:
+        assert all(o + min(sub_N, bw.SCALE_BLOCK) <= bw.SCALE_BLOCK for o in starts)
 
 
 def test_shared_memory_counts_the_ring_with_its_row_scales_and_the_output_block():
@@ -46,6 +64,12 @@ def test_the_tma_store_needs_n_divisible_by_8():
 @pytest.fixture
 def two_halves(kernels):
     k = kernels(V.name, "m128n256k128_s3_t384_z16")
+    return k.record, k.source, k.sass
+
+
+@pytest.fixture
+def one_chain_straddling(kernels):
+    k = kernels(V.name, "m128n192k128_s4_t384_z8")
     return k.record, k.source, k.sass
 
 
@@ -83,6 +107,27 @@ def test_two_consumers_take_turns_and_promote_both_halves(two_halves):
     # promotion: acc += partial · (sa · sb), one FFMA per element (64 per thread per half, two halves, two
     # consumer warpgroups)
     assert len(re.findall(r"\bFFMA\b", sass)) >= 2 * 2 * 64
+
+
+@pytest.mark.compile
+def test_a_192_column_tile_is_one_wgmma_chain_with_the_b_scale_chosen_per_column(one_chain_straddling):
+    rec, src, sass = one_chain_straddling
+    _check_common(rec, src, sass, "m128n192k128_s4_t384_z8", 192)
+    # two B scale rows per tile (the block of its first column and the next), the boundary a branch per offset
+    assert "sb_row[1] = min((first + 1)," in src
+    assert "if (off == 0)" in src and "if (off == 64)" in src
+    # 96 FFMAs per thread per K block and consumer: nvcc merges the two branches, choosing the scale per column
+    assert len(re.findall(r"\bFFMA\b", sass)) >= 4 * 2 * 96
+
+
+@pytest.mark.compile
+def test_the_ring_slots_are_written_out_so_every_stage_address_is_a_constant(one_chain_straddling, two_halves):
+    for rec, src, _ in (one_chain_straddling, two_halves):
+        # each tile starts at slot 0 and a round's slots are unrolled: the barriers are indexed by constants
+        assert re.search(r"(full|empty)\[\(", src) is None and "full[1].wait(" in src and "empty[1].wait(" in src
+        # one wgmma batch per slot, half and consumer warpgroup
+        tile = parse_tile(rec["tile"])
+        assert src.count("tl::warpgroup_arrive();") == tile.num_stages * 2 * (tile.block_N // bw.sub_block_N(tile.block_N))
 
 
 @pytest.mark.compile

@@ -74,6 +74,11 @@ EXERCISED_BY = {
     # docs/operations.md: the optional humming peer's offline wheel bundle (downloads: its pins are checked)
     "bash envs/humming-bundle .gpu/humming": [
         "tests/test_humming_peer.py::test_the_bundle_script_pins_the_wheels_the_docs_install"],
+    # docs/operations.md: the optional fbgemm peer's offline sm_90a bundle (downloads: its pins are checked; its prune
+    # is run on a library nvcc builds for three architectures)
+    "bash envs/fbgemm-bundle .gpu/fbgemm": [
+        "tests/test_fbgemm_peer.py::test_the_bundle_script_pins_the_wheel_and_packs_the_pruned_tree",
+        "tests/test_fbgemm_peer.py::test_prune_on_a_library_nvcc_built_for_three_architectures"],
     # docs/operations.md: tuning
     ".venv/bin/snakemake --cores 16 results/published/h200/tuning/fp8": [
         "tests/test_selection.py::test_tuning_a_family_plans_its_tune_jobs_and_the_committed_table",
