@@ -10,12 +10,17 @@ is scaled and added into the fp32 accumulator ("promotion"). TileLang's own pipe
 
 - one producer warpgroup (``T.dec_max_nreg``) walks the CTA's tiles and K blocks and TMA-loads A, B and
   the tile's A row scales of the block into a ring of ``num_stages`` stages (*full* / *empty* barriers);
-- one or two consumer warpgroups, 64 output rows each. Per K block (and per 128-column half when
-  block_N is 256: each half has its own accumulator and B scale, and shares the one partial sum)
-  a consumer issues the wgmma into the partial, drains it (``T.wait_wgmma(0)``), releases the stage
-  after its last half, and promotes with FFMAs. The scales never hold the tensor core up: the next
-  stage's row scales are waited for and read into registers under the current block's last wgmma, and
-  B's (from global memory, L2-resident) one K block ahead;
+- every tile starts at ring slot 0 and a round of ``num_stages`` slots is written out at trace time, so each
+  stage's shared-memory addresses, wgmma descriptors and barriers are constants (a ring position counted
+  across tiles made the consumers spend about twice as many instructions per K block on addresses as on
+  the promotion, which kept the tensor core waiting); the last round's slots past K are empty;
+- one or two consumer warpgroups, 64 output rows each. Per K block a consumer issues one wgmma chain into a
+  fresh partial sum (per 128-column half when block_N is 256: each half has its own accumulator, and
+  shares the one partial), drains it (``T.wait_wgmma(0)``), releases the stage, and promotes with FFMAs.
+  A chain up to 192 columns wide may straddle two 128-row B scale blocks: the promotion takes each column's
+  scale, the boundary being uniform over the tile. The scales never hold the tensor core up: the next
+  stage's row scales are waited for and read into registers under the current block's wgmma, and B's
+  (from global memory, L2-resident) one K block ahead;
 - two consumer warpgroups take turns issuing (named barriers ``TURN``): each waits until the other has
   queued its previous batch, so one warpgroup's promotion always runs under the other's wgmma. Left
   to themselves both would wait on the same stage, issue together, finish together and promote

@@ -163,7 +163,8 @@ def test_the_zoo_is_planned_for_its_entries_and_their_peers_at_its_distributions
     assert "results/h200/fp8_e4m3_ws/normal/16x6144x4096.json" in runs
     assert "results/h200/fp8_e4m3_ws/student_t3/16x6144x4096.json" not in runs
     assert not any("16x6144x4096" in f for f in plan.run_outputs("cpu", ["fp8_e4m3_ws"]))
-    assert set(plan.tune_entries("h200")) == set(SELECTED)
+    # blockscaled_sm90 lists its sm_90a tiles per shape class (issue 34), so the H200 does not tune it
+    assert set(plan.tune_entries("h200")) == set(SELECTED) - {"blockscaled_sm90"}
     cfg = dict(CONFIG, zoo=dict(CONFIG["zoo"], entries=["cublas_bf16"]))
     with pytest.raises(ConfigError, match="zoo.entries.0: cublas_bf16 is a library peer"):
         validate(cfg, check_shapes=False)
