@@ -60,6 +60,20 @@ def pytest_runtest_teardown(item):
     _current["item"] = None
 
 
+def module_level_imports(path: Path) -> set[str]:
+    """The modules a Python file imports at module level (an optional library must not be among a kernel
+    module's: a function's import runs only when it is called)."""
+    import ast
+
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
 def require_marker(marker: str, what: str) -> None:
     """Fail the running test (its fixtures included) unless it carries ``marker``."""
     item = _current["item"]

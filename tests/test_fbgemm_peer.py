@@ -4,7 +4,6 @@ layouts FBGEMM's CUTLASS kernels read, its shape rule names the problem, its reg
 library imported only when a GPU run prepares it with a clear reason where it cannot be, and the offline sm_90a bundle
 (envs/fbgemm-bundle, envs/fatbin_prune.py). CPU only, but for one test that compiles a small CUDA library with nvcc
 (no GPU) and the last tests (a GPU with fbgemm-gpu-genai installed)."""
-import ast
 import importlib.util
 import re
 import shutil
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO
+from conftest import REPO, module_level_imports
 
 from harness.runner import classify_run_error, run_emulated
 from kernels import blockscaled as bs
@@ -193,19 +192,9 @@ def test_the_extra_pins_the_version_the_peer_names():
 # ---------------------------------------------------------------- fbgemm is imported by a GPU run only
 
 
-def _module_level_imports(path: Path) -> set[str]:
-    names = set()
-    for node in ast.parse(path.read_text()).body:  # module level only: a function's import runs when it is called
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
-
-
 def test_no_module_imports_fbgemm_at_import_time():
     for module in ("peers", "blockscaled", "blockscaled_formats"):
-        imported = _module_level_imports(REPO / "kernels" / f"{module}.py")
+        imported = module_level_imports(REPO / "kernels" / f"{module}.py")
         assert not any(n.split(".")[0] == "fbgemm_gpu" for n in imported), (module, imported)
 
 

@@ -2,7 +2,6 @@
 format holds w4_int4_sym_g128's very codes and scales in humming's layout, its shape rule names the problem, the
 variant's registration and config entry, and the library imported only when a GPU run prepares it, with a clear
 reason where it cannot be. CPU only, but for the last test (a GPU with humming-kernels installed)."""
-import ast
 import json
 import re
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO
+from conftest import REPO, module_level_imports
 
 from harness.runner import classify_run_error, run_emulated
 from kernels import dequant_formats as dqf
@@ -118,20 +117,9 @@ def test_config_times_it_beside_tinygemm_with_int4_syms_tolerance():
 # ---------------------------------------------------------------- humming is imported by a GPU run only
 
 
-def _module_level_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    names = set()
-    for node in tree.body:  # module level only: a function's import runs when it is called
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
-
-
 def test_no_module_imports_humming_at_import_time():
     for module in ("peers", "dequant", "dequant_formats"):
-        imported = _module_level_imports(REPO / "kernels" / f"{module}.py")
+        imported = module_level_imports(REPO / "kernels" / f"{module}.py")
         assert not any(n == "humming" or n.startswith("humming.") for n in imported), (module, imported)
 
 
