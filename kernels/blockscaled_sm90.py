@@ -69,10 +69,9 @@ def scale_offsets(block_N: int) -> tuple[int, ...]:
     """Where a sub-block of the tile can start within a 128-row B scale block (N % 128 of its first column):
     the multiples of gcd(sub_N, 128). One offset (0) when the sub-block never straddles two scale blocks."""
     sub = sub_block_N(block_N)
-    step = math.gcd(sub, SCALE_BLOCK)
     if SCALE_BLOCK % sub == 0 or sub % SCALE_BLOCK == 0:
         return (0,)
-    return tuple(range(0, SCALE_BLOCK, step))
+    return tuple(range(0, SCALE_BLOCK, math.gcd(sub, SCALE_BLOCK)))
 
 
 def blockscaled_sm90_tile_problem(tile: Tile) -> str | None:
@@ -127,6 +126,10 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H
     consumers, k_blocks = shape.consumers, shape.k_blocks
     rounds = ceil_div(k_blocks, S)  # ring rounds per tile: every tile starts at slot 0
     stage_slots = list(range(S))  # a Python list: each slot's code is written out, its addresses constant
+
+    def ring_phase(w, r):
+        """The barrier phase of round r of the CTA's w-th tile (its *full* parity; *empty*'s is the other)."""
+        return (w * rounds + r) & 1
     rows = ROWS_PER_CONSUMER
     sub_N = sub_block_N(bN)
     halves = list(range(bN // sub_N))  # a Python list: unrolled at trace time
@@ -194,7 +197,7 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H
                       lane, nb):
         # K block ki = r·S + s of this CTA's w-th tile, in ring slot s (a constant: each tile starts at slot 0)
         ki = r * S + s
-        phase = (w * rounds + r) & 1
+        phase = ring_phase(w, r)
         # the scales were loaded one K block ahead (B's from global memory, A's from the stage), so
         # that neither the wgmma issue nor the promotion waits for them
         for i in T.Parallel(rows):
@@ -237,7 +240,7 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H
         for h in halves:
             T.clear(accs[h])
         b_scale_rows(nb, sb_row)
-        load_a_scales(SFA_s, full, 0, (w * rounds) & 1, wg, sa_next)
+        load_a_scales(SFA_s, full, 0, ring_phase(w, 0), wg, sa_next)
         load_b_scales(SFB, 0, sb_row, sb_next)
         # the ring slots of a round are unrolled, so that every stage address and barrier is a constant;
         # the last round's slots past K (k_blocks % S) are empty: the producer only flips their barriers
@@ -247,7 +250,7 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H
                     consume_stage(r, s, w, A_s, B_s, SFA_s, SFB, full, empty, accs, part, sa, sa_next, sb, sb_next,
                                   sb_row, wg, lane, nb)
                 else:
-                    T.barrier_wait(full[s], (w * rounds + r) & 1)
+                    T.barrier_wait(full[s], ring_phase(w, r))
                     if lane == 0:
                         T.barrier_arrive(empty[s])
         # the previous tile's store must have read C_s before it is overwritten; then the TMA store runs
@@ -273,7 +276,7 @@ def blockscaled_sm90_kernel(M: int, N: int, K: int, tile: Tile, num_sms: int = H
         for r in T.serial(rounds):
             for s in stage_slots:
                 ki = r * S + s
-                T.barrier_wait(empty[s], ((w * rounds + r) & 1) ^ 1)
+                T.barrier_wait(empty[s], ring_phase(w, r) ^ 1)
                 if ki < k_blocks:
                     T.tma_copy(A[m0:m0 + rows, ki * bK:(ki + 1) * bK], A_s[0][s, :, :], barrier=full[s])
                     if consumers == 2:
