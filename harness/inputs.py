@@ -11,6 +11,7 @@ depend on the chunk size or the number of threads.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -169,8 +170,9 @@ def _student_t3(keys: list[np.uint64], lo: int, hi: int) -> np.ndarray:
 DISTRIBUTIONS = {"normal": Distribution(1, _normal), "student_t3": Distribution(4, _student_t3)}
 
 
-def make_matrix(dist: str, rows: int, cols: int, seed: int, name: str) -> torch.Tensor:
-    """A (rows, cols) float32 matrix drawn from ``dist``, a pure function of its arguments (on any machine)."""
+def make_matrix(dist: str, rows: int, cols: int, seed: int, name: str, threads: int = THREADS) -> torch.Tensor:
+    """A (rows, cols) float32 matrix drawn from ``dist``, a pure function of its arguments but ``threads``
+    (how many work on it, which changes no value), on any machine."""
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}")
     d = DISTRIBUTIONS[dist]
@@ -183,7 +185,7 @@ def make_matrix(dist: str, rows: int, cols: int, seed: int, name: str) -> torch.
         np.copyto(out[lo:hi], d.sample(keys, lo, hi), casting="same_kind")  # round to nearest float32
 
     starts = range(0, n, chunk)
-    workers = max(1, min(THREADS, len(starts)))
+    workers = max(1, min(threads, len(starts)))
     if workers == 1:
         for lo in starts:
             fill(lo)
@@ -194,9 +196,9 @@ def make_matrix(dist: str, rows: int, cols: int, seed: int, name: str) -> torch.
     return torch.from_numpy(out).reshape(rows, cols)
 
 
-def make_operands(dist: str, M: int, N: int, K: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def make_operands(dist: str, M: int, N: int, K: int, seed: int, threads: int = THREADS) -> tuple[torch.Tensor, torch.Tensor]:
     """Unquantized A (M,K) and B (N,K); B does not depend on M, so one weight serves many M."""
-    return make_matrix(dist, M, K, seed, f"A{M}"), make_matrix(dist, N, K, seed, "B")
+    return make_matrix(dist, M, K, seed, f"A{M}", threads), make_matrix(dist, N, K, seed, "B", threads)
 
 
 # ---------------------------------------------------------------- hashes and storage
@@ -218,6 +220,60 @@ def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
         while data := f.read(block):
             h.update(data)
     return h.hexdigest()
+
+
+# A file's sha256 is computed once on a host, when it is written (or first read), and kept on the file itself as
+# an extended attribute with the size and modification time it had then: a later reader whose file still has
+# that size and time takes the recorded hash instead of reading gigabytes again. Replacing the file (a
+# rebuild writes a new one) or changing it moves those, and a copy does not carry the attribute; where the
+# filesystem keeps no attributes every read hashes the file, as before.
+_VERIFIED_XATTR = "user.lpgemm.sha256"
+
+
+def _stat_stamp(path: str | os.PathLike) -> str:
+    st = os.stat(path)
+    return f"{st.st_size} {st.st_mtime_ns}"
+
+
+def remember_sha256(path: str | os.PathLike, sha: str) -> None:
+    """Record on ``path`` that its bytes, as they are now, hash to ``sha`` (skipped where not supported)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setxattr(path, _VERIFIED_XATTR, f"{sha} {_stat_stamp(path)}".encode())
+
+
+def _recorded(path: str | os.PathLike) -> tuple[str, str] | None:
+    """(sha256, the size and time the file had then) as recorded on ``path``, None if nothing is."""
+    try:
+        sha, stamp = os.getxattr(path, _VERIFIED_XATTR).decode().split(" ", 1)
+    except (OSError, AttributeError, ValueError):
+        return None
+    return sha, stamp
+
+
+def recorded_sha256(path: str | os.PathLike) -> str | None:
+    """The sha256 recorded on ``path`` while it still has the size and time it had then, else None."""
+    got = _recorded(path)
+    try:
+        return got[0] if got is not None and got[1] == _stat_stamp(path) else None
+    except OSError:
+        return None
+
+
+def changed_since_hashed(path: str | os.PathLike) -> bool:
+    """Whether ``path`` was hashed on this host and has changed since (False where it never was, or is gone)."""
+    got = _recorded(path)
+    try:
+        return got is not None and got[1] != _stat_stamp(path)
+    except OSError:
+        return False
+
+
+def verified_file_sha256(path: str | os.PathLike) -> str:
+    """``file_sha256``, read from the file's record when it still holds, else computed and recorded."""
+    if (sha := recorded_sha256(path)) is None:
+        sha = file_sha256(path)
+        remember_sha256(path, sha)
+    return sha
 
 
 class CorruptInput(DamagedFile):
@@ -270,7 +326,7 @@ def load_operands(path: str | os.PathLike, expected: dict | None = None,
     if not path.is_file():
         raise _corrupt(path, "input file is missing")
     if expected_file_sha256 is not None:
-        got = file_sha256(path)
+        got = verified_file_sha256(path)
         if got != expected_file_sha256:
             raise _corrupt(path, f"file sha256 {got} does not match the recorded {expected_file_sha256} "
                                  "(damaged or replaced since it was written)")

@@ -43,6 +43,26 @@ INTERRUPT_GRACE_S = 10.0
 _held_fds: list[int] = []
 
 
+# where a job's log is, and beside it in a tree of its own what the job cost (Snakemake's benchmark: directive)
+LOGS = "results/logs"
+BENCHMARKS = "results/benchmarks"
+
+
+def benchmark_of(log: str) -> str:
+    """A rule's benchmark file from its log: results/logs/<X>.log -> results/benchmarks/<X>.tsv (a wildcard
+    pattern stays a pattern). Every rule's ``benchmark:`` is this of its ``log:`` (workflow/rules/*.smk)."""
+    log = str(log)
+    if not (log.startswith(LOGS + "/") and log.endswith(".log")):
+        raise ValueError(f"{log}: not a log path of the form {LOGS}/<X>.log")
+    return f"{BENCHMARKS}/{log[len(LOGS) + 1:-len('.log')]}.tsv"
+
+
+def forked_cost_of(benchmark: str) -> str:
+    """Beside a job's benchmark, the peak memory and CPU time of the child a warm start ran it in
+    (harness/warm.py), which Snakemake's benchmark of the job's own process does not see."""
+    return str(benchmark).removesuffix(".tsv") + ".forked.json"
+
+
 class JobAlreadyRunning(RuntimeError):
     """Another live process is running this very job: writing its outputs too would corrupt them."""
 
@@ -55,6 +75,7 @@ def setup(snakemake) -> Path:
     repo = Path(snakemake.scriptdir).resolve().parents[1]
     # a project-local kernel cache (read by TileLang at import): warm reruns load instead of compiling
     os.environ["TILELANG_CACHE_DIR"] = str(repo / snakemake.config.get("tilelang_cache", ".cache/tilelang"))
+    cold_reason = _hand_off(snakemake)  # returns only where this process runs the job itself
     if snakemake.log:
         log = Path(str(snakemake.log[0]))
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -66,8 +87,34 @@ def setup(snakemake) -> Path:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-    _watch_main()
+    if cold_reason:
+        print(f"lpgemm: cold start: {cold_reason}", file=sys.stderr, flush=True)
+    if not _watching:
+        _watch_main()
     return repo
+
+
+def _hand_off(snakemake) -> str:
+    """Hand this job to the warm server of its snakemake (harness/warm.py) and exit with the status of the
+    child that ran it; or return why this process runs it itself (empty in a forked job)."""
+    from harness import warm
+
+    if os.environ.get(warm.CLIENT_ENV):
+        return ""  # the forked job itself
+    if os.environ.get(warm.WARM_ENV, "1") == "0":
+        return f"{warm.WARM_ENV}=0"
+    main = local_main()
+    if main is None:
+        return "no local snakemake to share a warm server with"
+    _watch_main()  # the client is a job to its snakemake: interrupts reach it, and it ends with it
+    forked_cost = None
+    with contextlib.suppress(ValueError, IndexError, TypeError):
+        forked_cost = forked_cost_of(benchmark_of(str(snakemake.log[0])))
+    try:
+        warm.handoff(snakemake, main, os.environ["TILELANG_CACHE_DIR"], forked_cost)
+    except warm.WarmUnavailable as e:
+        return str(e)
+    return "unreachable"  # pragma: no cover (handoff exits)
 
 
 # ---------------------------------------------------------------- one writer per job
@@ -351,35 +398,62 @@ def _forward_interrupts() -> None:
     signal.signal(signal.SIGINT, forward)
 
 
-def _watch_main() -> None:
-    """If the main snakemake process that scheduled this job runs on this host (and the job is not a
-    cluster job), lead a process group of our own and stop it all when that process is gone."""
+def local_main() -> dict | None:
+    """The identity of the main snakemake process that scheduled this job, if it runs on this host and
+    the job is not a cluster job of its own (None otherwise: nothing here can watch it)."""
     raw = os.environ.get(MAIN_ENV)
     if not raw or not sys.platform.startswith("linux"):
-        return
+        return None
     try:
         main = json.loads(raw)
-        pid, start = int(main["pid"]), int(main["start"])
+        main["pid"], main["start"] = int(main["pid"]), int(main["start"])
     except (ValueError, KeyError, TypeError):
-        return
+        return None
     # A job in a SLURM allocation other than the main's is a cluster job: its snakemake may well be gone
     # on purpose (a login-node session), and the SLURM executor plugin owns cancelling it (scancel ends
     # the whole allocation, every process in it). So only a job that the main process started here,
     # locally, is watched (a main run inside an allocation, with its local executor, included).
     if os.environ.get("SLURM_JOB_ID", "") != main.get("slurm_job", ""):
-        return
+        return None
     here = _identity()
     if here is None or any(here[k] != main.get(k) for k in ("host", "boot", "pid_ns")):
-        return  # another host, a reboot, a container's own PID namespace: its PIDs mean nothing here
-    pidfd = None
-    with contextlib.suppress(AttributeError, OSError):  # pidfd: Python 3.9+, Linux 5.3+
-        pidfd = os.pidfd_open(pid)
+        return None  # another host, a reboot, a container's own PID namespace: its PIDs mean nothing here
+    return main
+
+
+# whether this process already watches (a warm start's client falls back to running the job itself)
+_watching: list[bool] = []
+
+
+def _watch_main() -> None:
+    """If the main snakemake process that scheduled this job runs on this host (and the job is not a
+    cluster job), lead a process group of our own and stop it all when that process is gone; a job forked
+    by the warm server (harness/warm.py) also stops when the client it stands in for is gone."""
+    main = local_main()
+    if main is None:
+        return
+    _watching.append(True)
+    watched = [(main["pid"], main["start"], f"the snakemake process that scheduled this job (PID {main['pid']})")]
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        from harness.warm import CLIENT_ENV
+
+        if raw := os.environ.get(CLIENT_ENV):
+            client = json.loads(raw)
+            watched.append((int(client["pid"]), int(client["start"]),
+                            f"the job process that handed this job over (PID {client['pid']})"))
+    pidfds = []
+    for pid, _, _ in watched:
+        pidfd = None
+        with contextlib.suppress(AttributeError, OSError):  # pidfd: Python 3.9+, Linux 5.3+
+            pidfd = os.pidfd_open(pid)
+        pidfds.append(pidfd)
     _become_group_leader()
     _reap_group_at_exit()
-    # checked after opening the pidfd, so that the descriptor is known to refer to that very process
-    if not _alive(pid, start):
-        _stop_job_tree(f"the snakemake process that scheduled this job (PID {pid}) is gone")
-    threading.Thread(target=_watchdog, args=(pid, start, pidfd), name="lpgemm-watchdog", daemon=True).start()
+    # checked after opening the pidfds, so that each descriptor is known to refer to that very process
+    for pid, start, what in watched:
+        if not _alive(pid, start):
+            _stop_job_tree(f"{what} is gone")
+    threading.Thread(target=_watchdog, args=(watched, pidfds), name="lpgemm-watchdog", daemon=True).start()
     # PR_SET_PDEATHSIG is not used: it fires when the *thread* that started the job ends (here a worker
     # thread of snakemake's pool), only for the direct parent, and a signal it sends either kills just this
     # process (leaving nvcc behind) or runs a Python handler no sooner than this thread would.
@@ -432,16 +506,17 @@ def _alive(pid: int, start: int) -> bool:
     return stat is not None and stat[3] == start and stat[0] not in ("Z", "X")
 
 
-def _watchdog(pid: int, start: int, pidfd: int | None) -> None:
-    if pidfd is not None:
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)  # readable once that process has exited
-        while not poller.poll(1000) and _alive(pid, start):
-            pass
-    else:
-        while _alive(pid, start):
-            time.sleep(0.5)
-    _stop_job_tree(f"the snakemake process that scheduled this job (PID {pid}) is gone")
+def _watchdog(watched: list[tuple[int, int, str]], pidfds: list[int | None]) -> None:
+    poller = select.poll()
+    for pidfd in pidfds:
+        if pidfd is not None:
+            poller.register(pidfd, select.POLLIN)  # readable once that process has exited
+    # the poll wakes at once when a watched process exits; the check each second covers any without a pidfd
+    while True:
+        poller.poll(1000)
+        for pid, start, what in watched:
+            if not _alive(pid, start):
+                _stop_job_tree(f"{what} is gone")
 
 
 def _stop_job_tree(reason: str) -> None:
@@ -457,6 +532,23 @@ def _stop_job_tree(reason: str) -> None:
         with contextlib.suppress(OSError):
             os.killpg(me, signal.SIGKILL)
     os._exit(1)
+
+
+def job_started() -> float | None:
+    """When this job's process started (Unix time): the process snakemake started, which for a warm start
+    (harness/warm.py) is the client that handed the job over, not the child running it. None off Linux."""
+    pid = os.getpid()
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        from harness.warm import CLIENT_ENV
+
+        if raw := os.environ.get(CLIENT_ENV):
+            pid = int(json.loads(raw)["pid"])
+    stat = _proc_stat(pid)
+    try:
+        boot = next(int(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return None if stat is None else boot + stat[3] / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------- the GPU, and records written again

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import figures, profile, records, tables
+from harness import cost, figures, profile, records, tables
 from kernels.registry import Variant, bytes_per_element
 
 STATUS_STYLE = {"failed": "background:#f4b6bf;color:#7a0019;font-weight:600", "unsupported": "background:#ececec"}
@@ -459,6 +459,43 @@ def comparison_section(this: dict, refs: Sequence[dict], threshold: float, figs:
     return "<h2>Comparison</h2>" + figs.embed(fig, "comparison") + "".join(parts)
 
 
+def cost_section(folder: str | Path) -> str:
+    """What the set's jobs cost (harness/cost.py, from its cost table): the wall time to the report and the
+    sittings, time per rule kind, the slowest jobs, and the run jobs' set-up against their timing; one line
+    where the set has no cost table (made before jobs recorded their benchmarks) or it cannot be read."""
+    head = "<h2>What this run cost</h2>"
+    try:
+        jobs = cost.load(folder)
+    except (OSError, ValueError) as e:  # pandas' parser errors are ValueErrors
+        return head + (f"<p>No cost shown: the cost table of <code>{html.escape(str(folder))}</code> could not be read "
+                       f"({html.escape(str(e))}).</p>")
+    if jobs is None or not jobs["wall_s"].notna().any():
+        return head + ("<p>No cost recorded: this set's jobs ran before they recorded their benchmarks "
+                       "(<code>results/benchmarks/</code>).</p>")
+    s, d = cost.summary(jobs), cost.duration
+    unrecorded = f"; {s['unrecorded']} more, made before jobs recorded their benchmarks, not counted" if s["unrecorded"] else ""
+    text = (f"<p>Wall time to the report: <b>{d(s['union_s'])}</b> with at least one of its {s['jobs']} jobs running "
+            f"(a job reused from an earlier invocation counts its own time only; collect and the report not "
+            f"included{unrecorded}), over {d(s['span_s'])} from the first start to the last end, in {s['sittings']} "
+            f"sitting{'s' if s['sittings'] != 1 else ''} (jobs less than {cost.SITTING_GAP_S:.0f} s apart).</p>")
+    kinds = s["per_kind"].assign(wall=lambda k: k["wall_s"].map(d), cpu=lambda k: k["cpu_s"].map(d))
+    slowest = s["slowest"].assign(wall=lambda k: k["wall_s"].map(d), cpu=lambda k: k["cpu_s"].map(d))
+    mb = {"max_rss_mb": "{:.0f}"}
+    r = s["run"]
+    if not s["run_jobs"]:
+        runs = ""
+    elif not s["run_jobs_split"]:
+        runs = "<p>Run jobs: their records carry no split of their time (made before records kept one).</p>"
+    else:
+        runs = (f"<p>Run jobs ({s['run_jobs_split']} of {s['run_jobs']} with a split): {d(r['wall_s'])}, of which "
+                f"<b>{d(r['timing_s'])} timing</b> ({d(r['standalone_s'])} standalone, {d(r['paired_s'])} paired) and "
+                f"<b>{d(r['setup_s'])} set-up</b> ({d(r['load_s'])} loading inputs, {d(r['build_check_s'])} building and "
+                "checking, the rest process start, imports and the GPU check).</p>")
+    return (head + text + "<h3>Per rule kind</h3>" + table(kinds[["kind", "jobs", "wall", "cpu", "max_rss_mb"]], fmt=mb)
+            + f"<h3>The {len(slowest)} slowest jobs</h3>"
+            + table(slowest[["kind", "job", "wall", "cpu", "max_rss_mb", "start"]], fmt=mb) + runs)
+
+
 def page(label: str, sections: Sequence[str]) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>lpgemm report: {html.escape(label)}</title>"
             f"<style>{STYLE}</style>{SCRIPT}</head><body>" + "\n".join(sections) + "</body></html>")
@@ -501,5 +538,6 @@ def render_report(result_dir: str | Path, label: str, limits: Mapping[str, dict 
                 accuracy_section(this, acc, figs),
                 compile_section(this, figs),
                 profiles,
-                comparison_section(this, refs, regression_threshold, figs)]
+                comparison_section(this, refs, regression_threshold, figs),
+                cost_section(result_dir)]
     return page(this["label"], sections), figs.png

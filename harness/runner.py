@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,12 +208,18 @@ def pair_point(variant_call: Callable[[], object], own: set[str] | None, pairing
 def run_gpu(
     variant: Variant, A: torch.Tensor, B: torch.Tensor, ops: Operands, tiles: list[Tile], arch: str,
     tolerance: dict, reps: int, warmup: int, compiled: dict[str, tuple[str, str]] | None = None,
-    pairing: Pairing | None = None,
+    pairing: Pairing | None = None, spent: dict | None = None,
 ) -> list[dict]:
     """Every candidate (each tile, or the library call) checked, then timed. ``compiled``: per tile name, the
     (status, reason) of its compile record at this shape; a kernel whose compile is not ok (e.g. its SASS
     lacks the declared instructions) gets that status and is neither checked nor timed. With ``pairing``,
-    the fastest candidate is then timed against its peers (``pair_point``), its row gaining the columns."""
+    the fastest candidate is then timed against its peers (``pair_point``), its row gaining the columns.
+    ``spent``: where given, the seconds of the standalone timing (the ``bench.time_cuda`` calls) are added to
+    its ``standalone_s`` and those of the paired timing (``pair_point``, its peers' loading and building
+    included) to its ``paired_s``, as they happen (workflow/scripts/run_variant.py: a record's ``cost``)."""
+    spent = {} if spent is None else spent
+    for key in ("standalone_s", "paired_s"):
+        spent.setdefault(key, 0.0)
     M, K = A.shape
     N = B.shape[0]
     dev_ops = {k: v.cuda() for k, v in ops.items()}
@@ -259,7 +266,11 @@ def run_gpu(
                 rows.append(row | {"status": "failed", "reason": "; ".join(reasons)})
                 continue
             # a TileLang variant's window may hold only its own kernels; a library call's are recorded
-            t = bench.time_cuda(call, reps=reps, warmup=warmup, own_kernels=own)
+            began = time.perf_counter()
+            try:
+                t = bench.time_cuda(call, reps=reps, warmup=warmup, own_kernels=own)
+            finally:
+                spent["standalone_s"] += time.perf_counter() - began
             row |= t
             row["throughput"] = _flops(M, N, K) / (t["time_ms_median"] * 1e-3) / 1e12
             rows.append(row | {"status": "ok", "reason": ""})
@@ -274,11 +285,14 @@ def run_gpu(
     ok = [r for r in rows if r["status"] == "ok" and r["tile"] in timed]
     if pairing is not None and ok:
         best = min(ok, key=lambda r: r["time_ms_median"])
+        began = time.perf_counter()
         try:
             best |= pair_point(*timed[best["tile"]], pairing, M, N, K)
         except Exception as e:  # the standalone timings stay; the row says why it has no paired ratio
             traceback.print_exc()
             best["pair_error"] = kcompile.error_summary(e)
+        finally:
+            spent["paired_s"] += time.perf_counter() - began
     for r in rows:
         for k, v in list(r.items()):
             if isinstance(v, float) and math.isnan(v):

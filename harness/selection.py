@@ -340,6 +340,11 @@ def staleness(record: dict, variant: str, shape: str, arch: str, gpu_match: str)
             return f"{tool} differs (tuned: {key.get(tool)}, now: {now})"
     if not record.get("winner"):
         return "no candidate passed"
+    # a winner that spills won among spilling candidates: the model ranks tiles that hold their accumulators
+    # in registers, and a record must never pin a run to a spilling tile (fp8_e4m3_ws_promoted at 8192³: 0.74x)
+    won = next((c for c in record.get("candidates", []) if c.get("tile") == record["winner"]), {})
+    if won.get("spills"):
+        return f"its winner {record['winner']} spills ({won['spills']} local loads and stores in its SASS)"
     return None
 
 

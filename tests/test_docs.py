@@ -36,6 +36,11 @@ RUN_HERE = {
 
 # documented command -> node ids of the tests that exercise it (too slow, GPU-only or state-changing to run here)
 EXERCISED_BY = {
+    # docs/operations.md: continue a stopped run on another host (the test packs and unpacks results/cpu)
+    "tar czf h200-part.tgz results/h200": [
+        "tests/test_resume.py::test_a_run_stopped_three_times_continues_on_fresh_checkouts_and_repeats_no_finished_job"],
+    "tar xzf h200-part.tgz && .venv/bin/snakemake --cores 16": [
+        "tests/test_resume.py::test_a_run_stopped_three_times_continues_on_fresh_checkouts_and_repeats_no_finished_job"],
     # README quick start: what CI runs (checked here against .ci/run); the default config's plan, and a run of it
     "bash .ci/setup && .venv/bin/snakemake --cores 1": [
         "tests/test_docs.py::test_the_quick_start_is_what_ci_runs",

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 import yaml
-from conftest import copy_workflow, fake_nvidia_smi, on_path, snakemake, tiny_config
+from conftest import REPO, copy_workflow, fake_nvidia_smi, on_path, snakemake, tiny_config
 
 from harness import selection
 from harness.plan import ConfigError, Plan, load_config, validate
@@ -113,6 +113,24 @@ def test_a_record_whose_key_no_longer_holds_is_stale(change, why, monkeypatch):
     assert selection.staleness(rec, "fp8_e4m3_ws", "4096x4096x4096", "sm_90a", spec["match"]) is None
     stale = rec | {"key": rec["key"] | change}
     assert why in selection.staleness(stale, "fp8_e4m3_ws", "4096x4096x4096", "sm_90a", spec["match"])
+
+
+def test_a_record_whose_winner_spills_is_never_used(monkeypatch):
+    monkeypatch.setattr(selection, "tool_versions", lambda: {"tilelang": "0.1.15", "nvcc": "unknown"})
+    spec = CONFIG["platforms"]["h200"]
+    rec = _record() | {"key": _record()["key"] | {"tilelang": "0.1.15"}}
+    spilling = rec | {"candidates": [c | {"spills": 20 if c["tile"] == rec["winner"] else 0} for c in rec["candidates"]]}
+    why = selection.staleness(spilling, "fp8_e4m3_ws", "4096x4096x4096", "sm_90a", spec["match"])
+    assert why is not None and "spills (20 local loads and stores" in why
+    loser_spills = rec | {"candidates": [c | {"spills": 0 if c["tile"] == rec["winner"] else 634} for c in rec["candidates"]]}
+    assert selection.staleness(loser_spills, "fp8_e4m3_ws", "4096x4096x4096", "sm_90a", spec["match"]) is None
+
+
+def test_no_committed_tuned_record_selects_a_spilling_tile():
+    for path in sorted(REPO.glob("results/published/*/tuning/*/*/*.json")):
+        rec = json.loads(path.read_text())
+        won = [c for c in rec.get("candidates", []) if c["tile"] == rec.get("winner")]
+        assert not (won and won[0].get("spills")), f"{path.relative_to(REPO)}: winner {rec['winner']} spills"
 
 
 def _h200_plan(tmp_path, monkeypatch, record=None, tiles=None):

@@ -1,6 +1,7 @@
 """The Snakemake workflow end to end on a CPU-only host, in throwaway copies of the repo; the config
 checks in-process (harness/plan.py), with a few through Snakemake to show their message reaches the user."""
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -166,7 +167,9 @@ def test_a_job_that_lands_on_another_gpu_fails_and_says_which_key_to_fix(tmp_pat
 
 
 def _mtimes(root):
-    return {p: p.stat().st_mtime_ns for p in (root / "results").rglob("*") if p.is_file() and "logs" not in p.parts}
+    # a job's log and benchmark (what it cost, results/benchmarks) are its records of itself, not its results
+    return {p: p.stat().st_mtime_ns for p in (root / "results").rglob("*")
+            if p.is_file() and not {"logs", "benchmarks"} & set(p.parts)}
 
 
 @pytest.mark.workflow
@@ -199,7 +202,9 @@ def test_the_tiny_cpu_run_emulates_every_variant_and_records_each_kernel(tiny_ru
 
 
 def _mtimes(root):
-    return {p: p.stat().st_mtime_ns for p in (root / "results").rglob("*") if p.is_file() and "logs" not in p.parts}
+    # a job's log and benchmark (what it cost, results/benchmarks) are its records of itself, not its results
+    return {p: p.stat().st_mtime_ns for p in (root / "results").rglob("*")
+            if p.is_file() and not {"logs", "benchmarks"} & set(p.parts)}
 
 
 @pytest.mark.workflow
@@ -216,7 +221,8 @@ def test_a_finished_run_has_nothing_to_do_and_a_rerun_touches_one_variant(tiny_r
     snakemake(wf, "-f", str(target.relative_to(wf)))
     snakemake(wf)  # bring the downstream tables up to date
     changed = {p for p, t in _mtimes(wf).items() if before.get(p) != t}
-    downstream = {res / "cpu" / n for n in ("tidy.csv", "tidy.parquet", "compile_matrix.csv", "roofs.csv", "report.html")}
+    downstream = {res / "cpu" / n for n in ("tidy.csv", "tidy.parquet", "compile_matrix.csv", "roofs.csv", "cost.csv",
+                                            "report.html")}
     downstream |= set((res / "cpu/figures").glob("*"))
     # one job runs a variant's whole sweep for one distribution: only that variant's files change
     assert target in changed
@@ -237,6 +243,43 @@ def test_a_finished_run_has_nothing_to_do_and_a_rerun_touches_one_variant(tiny_r
     snakemake(wf, "--forcerun", "compile_fp8_e4m3", "--until", "compile_fp8_e4m3")
     assert record.stat().st_mtime_ns != before and json.loads(record.read_text())["records"][0]["status"] == "ok"
     assert sorted(p.name for p in cache.rglob("kernels/*")) == entries
+
+
+@pytest.mark.workflow
+def test_every_job_records_its_cost_and_the_report_shows_it(tiny_run):
+    res = tiny_run / "results"
+    cost = pd.read_csv(res / "cpu/cost.csv")
+    # every job the CPU tables are made of, each with its benchmark: the inputs, the check compiles, one
+    # emulation per entry (collect's and the report's own are written after them)
+    assert sorted(cost["job"]) == ["compile/fp8_e4m3", "compile/fp8_e5m2", "cpu/cublas_bf16/normal", "cpu/fp8_e4m3/normal",
+                                   "cpu/fp8_e5m2/normal", "inputs/normal/48x64x128", "inputs/normal/64x128x128"]
+    assert (cost["wall_s"] > 0).all() and cost["start"].lt(cost["end"]).all()
+    assert (res / "benchmarks/cpu/collect.tsv").is_file() and (res / "benchmarks/cpu/report.tsv").is_file()
+    # an emulation times nothing: its wall time is all set-up; each of its two shapes is a record
+    runs = cost[cost["kind"] == "run"]
+    assert (runs["records"] == 2).all() and (runs["timing_s"] == 0).all() and (runs["setup_s"] == runs["wall_s"]).all()
+    assert (runs["load_s"] > 0).all() and (runs["build_check_s"] > 0).all()
+    rec = json.loads((res / "cpu/fp8_e4m3/normal/64x128x128.json").read_text())
+    c = rec["cost"]
+    assert c["standalone_s"] == c["paired_s"] == 0 and c["load_s"] > 0 and c["build_check_s"] > 0
+    assert c["ready"] <= c["shape_start"] <= c["shape_end"] and rec["env"]["node"]
+    # psutil's process start is as exact as the kernel's boot time: whole seconds
+    assert -1.5 < (pd.Timestamp(c["ready"]) - pd.Timestamp(c["process_start"])).total_seconds() < 120
+    page = (res / "cpu/report.html").read_text()
+    assert "<h2>What this run cost</h2>" in page and "Wall time to the report" in page and "cpu/fp8_e4m3/normal" in page
+    # the committed point sets were published before jobs recorded their cost: the section says so, once
+    published = (res / "published/h200/report.html").read_text()
+    assert "<h2>What this run cost</h2><p>No cost recorded" in published
+    assert pd.read_csv(res / "published/h200/cost.csv").empty
+
+
+@pytest.mark.workflow
+def test_a_missing_benchmark_file_reruns_nothing(tiny_run_copy):
+    """Results made before jobs recorded their benchmarks stay up to date: no benchmark file is a job's input
+    (collect and publish_family read them as params), so none missing is a reason to run its job again."""
+    shutil.rmtree(tiny_run_copy / "results/benchmarks")
+    proc = snakemake(tiny_run_copy, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
 
 
 def _planned_rules(proc) -> set[str]:

@@ -10,11 +10,14 @@ from snakemake.exceptions import WorkflowError
 
 REPO = Path(workflow.basedir)  # on sys.path first (the Snakefile puts it there)
 
+from harness.cost import published_cost_files  # noqa: E402
+from harness.jobs import benchmark_of  # noqa: E402
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from harness.plan import (  # noqa: E402
     ConfigError, Plan, UnplannedTarget, kind, published_points, reference_signature, sweep_record, tune_record, validate)
 from harness.records import failure_lines  # noqa: E402
+from harness.resume import CONFLICTING_TRIGGERS, Inputs, finished, incomplete_outputs, job_key  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
 from kernels.registry import FAMILY_MODULES, FORMATS  # noqa: E402
 
@@ -45,6 +48,37 @@ peer_points, zoo_shapes, zoo_dists, zoo_layers = PLAN.peer_points, PLAN.zoo_shap
 tune_points, tune_outputs, tune_entries = PLAN.tune_points, PLAN.tune_outputs, PLAN.tune_entries
 # the entries tune_<entry> exists for: TileLang entries whose kernel has a tile space (kernels/tile_space.py)
 TUNABLE = [v for v in RUN_VARIANTS if is_tilelang(v) and impl(v).tile_space is not None]
+
+# What each job costs is recorded beside its log, `benchmark: benchmark_of(<its log>)` in every rule
+# (harness/cost.py; results/logs/<X>.log -> results/benchmarks/<X>.tsv, a wildcard pattern staying a pattern).
+
+
+def job_benchmarks(platform, entries=None):
+    """The benchmark files of the jobs a platform's tables are made of (of ``entries``, default all): its run
+    jobs, the input and compile jobs they need, its ceilings and its tune jobs (whose records its runs may
+    use). collect and publish_family read those present (harness/cost.py), as params, never as inputs: a
+    benchmark file is an output of its job, and a missing output that a dependent asks for is a reason to
+    run that job again (snakemake's dag.py, update_needrun), so every job of a run made before benchmarks
+    were recorded would rerun."""
+    gpu = kind(platform) == "gpu"
+    builds = {s: f"build_inputs_{name}" for name, (_, shapes) in INPUT_SETS.items() for s in shapes}
+
+    def bench(rule, **wildcards):
+        return str(getattr(rules, rule).benchmark).format(**wildcards)
+
+    files = []
+    for f in run_outputs(platform, entries):
+        _, _, entry, dist, name = f.split("/")
+        shape = name.removesuffix(".json")
+        run = f"run_{entry}_zoo" if gpu and shape in zoo_shapes(entry) else f"{'run' if gpu else 'emulate'}_{entry}"
+        files += [bench(run, platform=platform, dist=dist), bench(builds[shape], dist=dist, shape=shape)]
+    for f in compile_outputs(platform, entries):
+        entry, target, *sweep, tile = Path(f).with_suffix("").parts[2:]
+        files.append(bench(f"compile_{entry}_sweep", target=target, tile=tile) if sweep else bench(f"compile_{entry}"))
+    if gpu:
+        files.append(bench("measure_ceilings", platform=platform))
+        files += [bench(f"tune_{e}", platform=platform) for e in TUNABLE if e in (entries or RUN_VARIANTS)]
+    return sorted(set(files))
 
 
 def platform_spec(platform):
@@ -145,10 +179,56 @@ def format_code(formats):
     return import_closure(sorted(own | set(modules)), REPO, scripts)
 
 
-def run_inputs(variant, kind, zoo=False):
+# Finished run jobs (harness/resume.py): a job whose records all carry its current key asks for its code
+# alone, marked ancient, so nothing upstream of it is needed or can make it run again. Only where snakemake's
+# `input` and `code` rerun triggers are off (the profiles turn them off: the key covers both), and never for
+# a job the command line forces (-F, -f, -R naming its rule or an output).
+# (snakemake attaches its DAG settings after parsing this file, before it calls input functions)
+_RESUME = {}
+
+
+def resumable():
+    """Whether finished run jobs may be skipped, and the outputs snakemake marks incomplete (once per run)."""
+    if not _RESUME:
+        dag = getattr(workflow, "dag_settings", None)
+        ok = dag is not None and not {t.name.lower() for t in dag.rerun_triggers} & set(CONFLICTING_TRIGGERS)
+        _RESUME.update(ok=ok, incomplete=incomplete_outputs() if ok else set())
+    return _RESUME["ok"], _RESUME["incomplete"]
+
+
+def forced(rule_name, outputs):
+    dag = workflow.dag_settings
+    if dag.forceall or dag.forcetargets:
+        return True
+    named = {str(x) for x in (dag.forcerun or ())}
+    return rule_name in named or not named.isdisjoint(outputs)
+
+
+def run_record_paths(variant, kind, zoo, wc):
+    shapes = zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
+    return [f"results/{wc.platform}/{variant}/{wc.dist}/{s}.json" for s in shapes]
+
+
+def run_is_finished(rule_name, variant, kind, zoo, wc):
+    ok, incomplete = resumable()
+    outputs = run_record_paths(variant, kind, zoo, wc)
+    if not ok or forced(rule_name, outputs):
+        return False
+    fmt = impl(variant).input_format
+    shapes = zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
+    inputs = [Inputs(f"results/inputs/{wc.dist}/{s}/manifest.json", fmt,
+                     (f"results/inputs/{wc.dist}/{s}/fp32.pt", f"results/inputs/{wc.dist}/{s}/formats/{fmt}.pt"))
+              for s in shapes]
+    return finished(outputs, run_key(variant, kind, zoo)(wc), incomplete, inputs)
+
+
+def run_inputs(variant, kind, zoo=False, rule_name=None):
     """All shapes of one (variant, distribution) (``zoo``: its zoo shapes): inputs, the code they depend on,
-    and on a GPU platform its own arch's kernels compiled at those shapes (nothing of any other target)."""
+    and on a GPU platform its own arch's kernels compiled at those shapes (nothing of any other target);
+    for a finished job, its code alone (above)."""
     def inputs(wc):
+        if run_is_finished(rule_name, variant, kind, zoo, wc):
+            return {"code": [ancient(f) for f in variant_code(variant, "run")]}
         shapes = zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
         fmt = impl(variant).input_format
         files = {"fp32": [f"results/inputs/{wc.dist}/{s}/fp32.pt" for s in shapes],
@@ -189,7 +269,24 @@ def run_params(variant, kind, zoo=False):
             # shape -> the zoo layers it is (model and layer)
             "zoo": {s: zoo_layers()[s] for s in shapes if s in zoo_layers()} if gpu else {},
             # shape -> role -> the peer's entry, run record and input file (paired timing)
-            "peers": (lambda wc: peer_points(variant, wc.platform, wc.dist)) if gpu else {}}
+            "peers": (lambda wc: peer_points(variant, wc.platform, wc.dist)) if gpu else {},
+            # what every record of the job is stamped with (harness/resume.py)
+            "job_key": run_key(variant, kind, zoo)}
+
+
+_RUN_KEYS = {}
+
+
+def run_key(variant, kind, zoo=False):
+    """wc -> a run job's key: its other params resolved, its code's content, the inputs' seed (harness/resume.py)."""
+    def key(wc):
+        cached = (variant, kind, zoo, wc.platform, wc.dist)
+        if cached not in _RUN_KEYS:
+            params = {k: (v(wc) if callable(v) else v) for k, v in run_params(variant, kind, zoo).items() if k != "job_key"}
+            _RUN_KEYS[cached] = job_key(params, variant_code(variant, "run"), seed=config["seed"],
+                                        platform=wc.platform, dist=wc.dist)
+        return _RUN_KEYS[cached]
+    return key
 
 
 def ceilings_input(wc):

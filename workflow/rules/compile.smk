@@ -33,6 +33,8 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             "../../envs/gpu.yaml"
         log:
             f"results/logs/compile/{_variant}.log",
+        benchmark:
+            benchmark_of(f"results/logs/compile/{_variant}.log")
         script:
             "../scripts/compile_kernel.py"
 
@@ -50,9 +52,13 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             artifact_dirs=lambda wc, output: [output.artifacts],
         group:
             "cpu_compile"
+        # what a GPU host's run jobs need (run.smk: priority 50)
+        priority: 20
         conda:
             "../../envs/gpu.yaml"
         log:
             f"results/logs/compile/{_variant}/{{target}}/sweep/{{tile}}.log",
+        benchmark:
+            benchmark_of(f"results/logs/compile/{_variant}/{{target}}/sweep/{{tile}}.log")
         script:
             "../scripts/compile_kernel.py"

@@ -21,9 +21,16 @@ for _name, (_formats, _shapes) in INPUT_SETS.items():
         params:
             seed=config["seed"],
             formats=list(_formats),
+        # a GPU host's run jobs start as early as possible (run.smk: priority 50), so what they need comes first
+        priority: 20
+        # a few cores each (inputs are the same on any number): snakemake runs as many at once as the cores
+        # hold, each done sooner, rather than every core's worth of jobs each with a thread per core
+        threads: 4
         conda:
             "../../envs/gpu.yaml"
         log:
             "results/logs/inputs/{dist}/{shape}.log",
+        benchmark:
+            benchmark_of("results/logs/inputs/{dist}/{shape}.log")
         script:
             "../scripts/build_inputs.py"

@@ -31,6 +31,8 @@ rule profile:
         "../../envs/gpu.yaml"
     log:
         "results/logs/{platform}/profile/{entry}/{dist}/{shape}/{tile}.log",
+    benchmark:
+        benchmark_of("results/logs/{platform}/profile/{entry}/{dist}/{shape}/{tile}.log")
     script:
         "../scripts/profile_point.py"
 
@@ -50,5 +52,7 @@ rule publish_profile:
         "../../envs/report.yaml"
     log:
         "results/logs/published/{platform}/profile/{entry}/{dist}/{shape}/{tile}.log",
+    benchmark:
+        benchmark_of("results/logs/published/{platform}/profile/{entry}/{dist}/{shape}/{tile}.log")
     shell:
         "(mkdir -p {output} && cp {input.summary} {output}/summary.json && cp {input.raw} {output}/raw.csv) 2> {log}"

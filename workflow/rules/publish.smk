@@ -20,10 +20,14 @@ rule publish_family:
     params:
         family="{family}",
         entries=lambda wc: family_entries(wc.family),
+        # the benchmark files of the jobs its points were made of, read where present: the family's cost.csv
+        benchmarks=lambda wc: job_benchmarks(wc.platform, family_entries(wc.family)),
     conda:
         "../../envs/report.yaml"
     log:
         "results/logs/published/{platform}/publish_{family}.log",
+    benchmark:
+        benchmark_of("results/logs/published/{platform}/publish_{family}.log")
     script:
         "../scripts/publish.py"
 
@@ -31,6 +35,7 @@ rule publish_family:
 rule collect_published:
     input:
         points=lambda wc: published_platform_points(wc.platform),
+        costs=lambda wc: published_cost_files(f"results/published/{wc.platform}"),
         code=script_code("collect.py"),
     output:
         csv="results/published/{platform}/tidy.csv",
@@ -38,6 +43,7 @@ rule collect_published:
         compile_matrix="results/published/{platform}/compile_matrix.csv",
         roofs="results/published/{platform}/roofs.csv",
         point_sets="results/published/{platform}/point_sets.csv",
+        cost="results/published/{platform}/cost.csv",
     params:
         physical=lambda wc: physical_limits(wc.platform),
         points_dir="results/published/{platform}/points",
@@ -45,5 +51,7 @@ rule collect_published:
         "../../envs/report.yaml"
     log:
         "results/logs/published/{platform}/collect.log",
+    benchmark:
+        benchmark_of("results/logs/published/{platform}/collect.log")
     script:
         "../scripts/collect.py"

@@ -9,6 +9,7 @@ rule report:
         tidy="results/{platform}/tidy.parquet",
         compile_matrix="results/{platform}/compile_matrix.csv",
         roofs="results/{platform}/roofs.csv",
+        cost="results/{platform}/cost.csv",
         ceilings=ceilings_input,
         # every profile of this run present: a new one re-renders the report
         profiles=lambda wc: profile_summaries(f"results/{wc.platform}"),
@@ -26,6 +27,8 @@ rule report:
         "../../envs/report.yaml"
     log:
         "results/logs/{platform}/report.log",
+    benchmark:
+        benchmark_of("results/logs/{platform}/report.log")
     script:
         "../scripts/report.py"
 
@@ -34,6 +37,8 @@ rule report_published:
     input:
         points=lambda wc: published_platform_points(wc.platform),
         profiles=lambda wc: profile_summaries(f"results/published/{wc.platform}"),
+        # the point sets' cost tables present (an older point set has none)
+        costs=lambda wc: published_cost_files(f"results/published/{wc.platform}"),
         code=script_code("report.py"),
     output:
         html="results/published/{platform}/report.html",
@@ -44,6 +49,8 @@ rule report_published:
         "../../envs/report.yaml"
     log:
         "results/logs/published/{platform}/report.log",
+    benchmark:
+        benchmark_of("results/logs/published/{platform}/report.log")
     script:
         "../scripts/report.py"
 
@@ -59,6 +66,8 @@ rule report_screenshot:
         "../../envs/report.yaml"
     log:
         "results/logs/screenshots/{folder}.log",
+    benchmark:
+        benchmark_of("results/logs/screenshots/{folder}.log")
     shell:
         "chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
         " --disable-background-networking --disable-component-update --disable-sync"

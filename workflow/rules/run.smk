@@ -17,7 +17,7 @@ for _variant in RUN_VARIANTS:
         name:
             f"run_{_variant}"
         input:
-            unpack(run_inputs(_variant, "gpu")),
+            unpack(run_inputs(_variant, "gpu", rule_name=f"run_{_variant}")),
         output:
             [f"results/{{platform}}/{_variant}/{{dist}}/{shape}.json" for shape in variant_shapes(_variant, "gpu")],
         wildcard_constraints:
@@ -28,10 +28,14 @@ for _variant in RUN_VARIANTS:
             **{name: gpu_resource(name) for name in GPU_RESOURCES},
         group:
             "gpu_{platform}"
+        # among ready jobs, a GPU host's serial GPU jobs first (their inputs and sweep compiles: 20)
+        priority: 50
         conda:
             "../../envs/gpu.yaml"
         log:
             f"results/logs/{{platform}}/{_variant}/{{dist}}.log",
+        benchmark:
+            benchmark_of(f"results/logs/{{platform}}/{_variant}/{{dist}}.log")
         script:
             "../scripts/run_variant.py"
 
@@ -39,7 +43,7 @@ for _variant in RUN_VARIANTS:
         name:
             f"emulate_{_variant}"
         input:
-            unpack(run_inputs(_variant, "cpu")),
+            unpack(run_inputs(_variant, "cpu", rule_name=f"emulate_{_variant}")),
         output:
             [f"results/{{platform}}/{_variant}/{{dist}}/{shape}.json" for shape in variant_shapes(_variant, "cpu")],
         wildcard_constraints:
@@ -52,6 +56,8 @@ for _variant in RUN_VARIANTS:
             "../../envs/gpu.yaml"
         log:
             f"results/logs/{{platform}}/{_variant}/{{dist}}.log",
+        benchmark:
+            benchmark_of(f"results/logs/{{platform}}/{_variant}/{{dist}}.log")
         script:
             "../scripts/run_variant.py"
 
@@ -64,7 +70,7 @@ for _variant in [v for v in RUN_VARIANTS if zoo_shapes(v)]:
         name:
             f"run_{_variant}_zoo"
         input:
-            unpack(run_inputs(_variant, "gpu", zoo=True)),
+            unpack(run_inputs(_variant, "gpu", zoo=True, rule_name=f"run_{_variant}_zoo")),
         output:
             [f"results/{{platform}}/{_variant}/{{dist}}/{shape}.json" for shape in zoo_shapes(_variant)],
         wildcard_constraints:
@@ -76,10 +82,13 @@ for _variant in [v for v in RUN_VARIANTS if zoo_shapes(v)]:
             **{name: gpu_resource(name) for name in GPU_RESOURCES},
         group:
             "gpu_{platform}"
+        priority: 50
         conda:
             "../../envs/gpu.yaml"
         log:
             f"results/logs/{{platform}}/{_variant}/{{dist}}_zoo.log",
+        benchmark:
+            benchmark_of(f"results/logs/{{platform}}/{_variant}/{{dist}}_zoo.log")
         script:
             "../scripts/run_variant.py"
 
@@ -98,9 +107,12 @@ rule measure_ceilings:
         **{name: gpu_resource(name) for name in GPU_RESOURCES},
     group:
         "gpu_{platform}"
+    priority: 50
     conda:
         "../../envs/gpu.yaml"
     log:
         "results/logs/{platform}/ceilings.log",
+    benchmark:
+        benchmark_of("results/logs/{platform}/ceilings.log")
     script:
         "../scripts/measure_ceilings.py"

@@ -41,10 +41,13 @@ for _variant in TUNABLE:
             **{name: gpu_resource(name) for name in GPU_RESOURCES},
         group:
             "gpu_{platform}"
+        priority: 50
         conda:
             "../../envs/gpu.yaml"
         log:
             f"results/logs/{{platform}}/tuning/{_variant}.log",
+        benchmark:
+            benchmark_of(f"results/logs/{{platform}}/tuning/{_variant}.log")
         script:
             "../scripts/tune_variant.py"
 
@@ -60,5 +63,7 @@ rule publish_tuning:
         "../../envs/report.yaml"
     log:
         "results/logs/published/{platform}/tuning_{family}.log",
+    benchmark:
+        benchmark_of("results/logs/published/{platform}/tuning_{family}.log")
     script:
         "../scripts/publish_tuning.py"

@@ -1,12 +1,16 @@
-# Collect a platform's runs into one tidy table (CSV + parquet), its limits (roofs.csv) and the compile
-# matrix; for a published folder, the same from every family's points, with a table of the point sets
-# (when and at which commit each family was measured).
+# Collect a platform's runs into one tidy table (CSV + parquet), its limits (roofs.csv), the compile
+# matrix and what its jobs cost (cost.csv: their benchmarks, harness/cost.py); for a published folder, the
+# same from every family's points, with a table of the point sets (when and at which commit each family
+# was measured).
 import checkout_first  # noqa: F401  (this checkout first on sys.path)
 
 from harness.jobs import setup
 
 setup(snakemake)
 
+from pathlib import Path  # noqa: E402
+
+from harness.cost import BENCHMARKS, concat_point_sets, job_table  # noqa: E402
 from harness.tables import compile_matrix, point_sets, read_ceilings, roofs, tidy_runs  # noqa: E402
 from kernels.registry import VARIANTS, bytes_per_element, load_all  # noqa: E402
 
@@ -22,15 +26,20 @@ defaults["*"] = {"platform": snakemake.wildcards.platform}
 if "points_dir" in snakemake.params.keys():
     df, ceilings, compiled, sets = point_sets(snakemake.params.points_dir, physical, bytes_of, defaults)
     sets.to_csv(snakemake.output.point_sets, index=False)
+    cost = concat_point_sets(Path(snakemake.params.points_dir).parent)
 else:
     ceilings_file = snakemake.input.ceilings[0] if snakemake.input.ceilings else None
     df = tidy_runs(list(snakemake.input.runs), ceilings_file, physical, bytes_of, defaults=defaults)
     ceilings = read_ceilings(ceilings_file)
     compiled = list(snakemake.input.compiled)
+    # collect's own benchmark is written after it ends, and is not among these (common.smk job_benchmarks)
+    cost = job_table(BENCHMARKS, snakemake.wildcards.platform, files=list(snakemake.params.benchmarks),
+                     run_files=list(snakemake.input.runs))
 df.to_csv(snakemake.output.csv, index=False)
 df.to_parquet(snakemake.output.parquet, index=False)
 roofs(df, ceilings, physical).to_csv(snakemake.output.roofs, index=False)
 compile_matrix(compiled).to_csv(snakemake.output.compile_matrix, index=False)
-print(f"{len(df)} rows")
+cost.to_csv(snakemake.output.cost, index=False)
+print(f"{len(df)} rows, {len(cost)} jobs' costs")
 for _, r in df[df["status"] == "failed"].iterrows() if len(df) else ():
     print(f"failed: {r['entry']} {r['dist']} {r['shape']} {r['tile']}: {r['reason']}")

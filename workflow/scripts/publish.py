@@ -1,6 +1,6 @@
 # Publish one family's points of a GPU platform's run: copy its run files, the ceilings and compile
-# records of the same run, and say where they come from (provenance.json). Snakemake empties the
-# output folder first, so a refresh replaces that family's points and nothing else.
+# records of the same run, say where they come from (provenance.json) and what their jobs cost (cost.csv).
+# Snakemake empties the output folder first, so a refresh replaces that family's points and nothing else.
 import checkout_first  # noqa: F401  (this checkout first on sys.path)
 
 from harness.atomic import write_json
@@ -11,6 +11,7 @@ import shutil  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from harness.cost import BENCHMARKS, COST_FILE, job_table  # noqa: E402
 from harness.device import git_commit  # noqa: E402
 from harness.records import RUN, read_json  # noqa: E402
 
@@ -39,4 +40,12 @@ write_json(out / "provenance.json", {
     "git_commits": sorted({e["git_commit"] for e in envs}), "measured_from": dates[0], "measured_to": dates[-1],
     "published_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "published_commit": git_commit(),
     "points": len(envs)})
+# the cost of the jobs these points were made of (its entries' runs, their inputs and compiles, the ceilings,
+# its tune jobs), from their benchmarks: the family's rows only, not a copy of the platform's cost.csv, which
+# is collect's output (asking for it would collect, and so run, every family of the platform) and may hold
+# jobs of runs whose points are published from elsewhere; collect_published counts a job two families share
+# once. No cost.csv where the run's jobs recorded no benchmark (as in the point sets published before).
+cost = job_table(BENCHMARKS, platform, files=list(snakemake.params.benchmarks), run_files=list(snakemake.input.runs))
+if cost["wall_s"].notna().any():
+    cost.to_csv(out / COST_FILE, index=False)
 print(f"published {len(envs)} points of {snakemake.params.family} to {out}")

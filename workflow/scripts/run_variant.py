@@ -4,10 +4,12 @@
 import checkout_first  # noqa: F401  (this checkout first on sys.path)
 
 from harness.atomic import write_json
-from harness.jobs import gpu_lock, restore_missing, setup
+from harness.jobs import gpu_lock, job_started, restore_missing, setup
 
 setup(snakemake)
+import time  # noqa: E402
 import traceback  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
 
 from harness.compile import error_summary  # noqa: E402
 from harness.device import check_landed, environment_tags  # noqa: E402
@@ -18,6 +20,17 @@ from harness.runner import Pairing, Peer, run_emulated, run_gpu  # noqa: E402
 from harness.stats import StoppingRule  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
 from kernels.tiles import EMULATED, LIBRARY, parse_shape, parse_tile  # noqa: E402
+
+# when this job's process started (a warm start's: the client's) and when its imports were done (each
+# record's cost; its host is env.node)
+READY, STARTED = time.time(), job_started()
+
+
+def utc(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
 
 wc, p = snakemake.wildcards, snakemake.params
 variant = get_variant(p.variant)
@@ -78,22 +91,34 @@ def pairing(shape, manifest_file) -> Pairing | None:
     return Pairing(peers, rule, p.timing["warmup"], p.arch, shape in pc["aa_shapes"], sustained, *NVML)
 
 
-def run_shape(shape, fp32, fmt_file, manifest_file):
+def run_shape(shape, fp32, fmt_file, manifest_file, cost):
+    """``cost`` receives, as they pass, the seconds spent loading the inputs, building and checking the tiles
+    (a CPU emulation: emulating), timing them alone and paired (harness/runner.py run_gpu's ``spent``)."""
+    began = time.perf_counter()
     raw, ops, sha = load_point(fp32, fmt_file, manifest_file, variant.input_format)
+    cost["load_s"] = time.perf_counter() - began
+    began = time.perf_counter()
     if p.arch is None:
-        return run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance), sha, {}
+        rows = run_emulated(variant, raw["A"], raw["B"], ops, p.tolerance)
+        cost["build_check_s"] = time.perf_counter() - began
+        return rows, sha, {}
     pair = pairing(shape, manifest_file)
     with gpu_lock():
-        rows = run_gpu(variant, raw["A"], raw["B"], ops, tiles[shape], p.arch, p.tolerance, reps=p.timing["reps"],
-                       warmup=p.timing["warmup"], compiled=COMPILED.get(shape), pairing=pair)
+        began = time.perf_counter()
+        try:
+            rows = run_gpu(variant, raw["A"], raw["B"], ops, tiles[shape], p.arch, p.tolerance, reps=p.timing["reps"],
+                           warmup=p.timing["warmup"], compiled=COMPILED.get(shape), pairing=pair, spent=cost)
+        finally:  # the rest of run_gpu: operands to the GPU, references, each tile built (or loaded) and checked
+            cost["build_check_s"] = time.perf_counter() - began - cost["standalone_s"] - cost["paired_s"]
     return rows, sha, (pair.samples if pair else {})
 
 
 written = {}
 for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
                                                      snakemake.input.manifest, snakemake.output, strict=True):
+    cost, started = {"load_s": 0.0, "build_check_s": 0.0, "standalone_s": 0.0, "paired_s": 0.0}, time.time()
     try:
-        rows, sha, paired = run_shape(shape, fp32, fmt_file, manifest_file)
+        rows, sha, paired = run_shape(shape, fp32, fmt_file, manifest_file, cost)
     except Exception as e:  # this shape only: the others still run and keep their results
         traceback.print_exc()
         reason = str(e) if isinstance(e, DamagedFile) else error_summary(e)  # a CorruptInput is one
@@ -103,7 +128,7 @@ for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.f
              "dist": wc.dist, "shape": shape, "M": M, "N": N, "K": K, "input_format": variant.input_format,
              "ops_unit": variant.ops_unit, "precision": variant.precision,
              "baseline": variant.baseline, "second_baseline": variant.second_baseline,
-             "input_sha256": sha, "log": str(snakemake.log[0])}
+             "input_sha256": sha, "log": str(snakemake.log[0]), "job_key": p.job_key}
     if p.arch is not None:  # where its tiles come from, and which shape set it belongs to (sweep or zoo)
         choice = p.tile_choice.get(shape, {})
         point |= {"shape_set": "zoo" if shape in p.zoo else "sweep", "zoo_layer": "; ".join(p.zoo.get(shape, [])) or None,
@@ -111,8 +136,11 @@ for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.f
                   "tile_record": choice.get("record") or None, "tile_why": choice.get("why") or None}
     for r in rows:
         print(shape, r.get("tile"), r.get("status"), r.get("reason"), r.get("throughput"), flush=True)
-    # paired_samples: each power state's per-round times of every contender, from which the ratios come
+    # paired_samples: each power state's per-round times of every contender, from which the ratios come;
+    # cost: where this shape's time went (UTC times; harness/cost.py puts it beside the job's benchmark)
     written[out] = {"point": point, "env": environment_tags(), "tolerance": p.tolerance, "rows": rows,
-                    "paired_samples": paired}
+                    "paired_samples": paired,
+                    "cost": {"process_start": utc(STARTED), "ready": utc(READY), "shape_start": utc(started),
+                             "shape_end": utc(time.time()), **{k: round(v, 4) for k, v in cost.items()}}}
     write_json(out, written[out])
 restore_missing(written)

@@ -1,0 +1,341 @@
+"""Warm job starts: a job's process forked from one that has already imported torch, TileLang and the kernels.
+
+Every workflow job is a new Python process, and on a GPU host most of a short job is its start: importing
+torch and TileLang and registering the kernels took 12 s per process on the H200 host, against a few
+seconds of timing in a run job, and ~60 run jobs run one after another there. So the first job of a
+snakemake invocation on a host starts a *warm server* for it: a process that imports all of that once (and
+never touches the GPU), then forks a child per job. A job's script, at ``harness.jobs.setup``, hands itself
+to the server (``handoff``): the server forks, and the child runs the very script the job was started with,
+from its first line, with the job's working directory, environment, arguments and standard streams
+(passed over the socket). The child is a new process with a fresh CUDA context, so what a job measures is
+measured as before; only the imports are shared. The job's own process (the *client*) stays, waiting: it is
+what snakemake started and waits for, it forwards an interrupt or a termination to the child, and it exits
+with the child's status. The child watches the client as every job watches the main snakemake process
+(``harness.jobs``): kill the client, or the snakemake above it, and the child stops.
+
+A server belongs to one main snakemake process and one set of start-up conditions (the interpreter, this
+checkout, TileLang's cache folder, the environment): it exits when that snakemake is gone. Where there is
+no local main snakemake to belong to (a cluster job on its node, a script started by hand) or
+``LPGEMM_WARM=0``, or the server cannot start, a job starts cold, as before, saying why in its log.
+"""
+from __future__ import annotations
+
+import array
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# "0" turns warm starts off (every job imports everything itself)
+WARM_ENV = "LPGEMM_WARM"
+# set in a forked job: the identity ({"pid", "start"}) of the client process it stands in for
+CLIENT_ENV = "LPGEMM_WARM_CLIENT"
+# what the server imports once; each is what some job would import anyway (nothing here touches the GPU)
+PRELOAD = ("numpy", "torch", "pandas", "tilelang", "snakemake.script", "snakemake.iocontainers", "harness.bench",
+           "harness.compile", "harness.device", "harness.inputs", "harness.metrics", "harness.power",
+           "harness.records", "harness.runner", "harness.stats", "harness.tables", "harness.ceilings")
+# how long a client waits for a new server to import everything before starting cold
+START_TIMEOUT_S = 180.0
+# a server with no job and no connection for this long exits even if its snakemake lives on
+IDLE_EXIT_S = 1800.0
+# variables that differ from job to job and that nothing reads at import: not part of a server's key
+PER_JOB_ENV = ("TMPDIR", "TMP", "TEMP", CLIENT_ENV)
+
+
+class WarmUnavailable(RuntimeError):
+    """No warm server for this job (the reason is printed; the job then starts cold)."""
+
+
+def server_key(main: dict, cache_dir: str, environ: dict) -> str:
+    """One server per main snakemake, interpreter, checkout, TileLang cache folder and environment (the
+    thread-count variables snakemake sets per rule included: torch and OpenBLAS read them at import)."""
+    env = {k: v for k, v in environ.items() if k not in PER_JOB_ENV}
+    ident = [main.get(k) for k in ("host", "boot", "pid_ns", "pid", "start")]
+    blob = json.dumps([ident, sys.executable, str(Path.cwd().resolve()), cache_dir, sorted(env.items())])
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def socket_path(key: str) -> Path:
+    # node-local and short (a Unix socket's path is limited to 107 bytes)
+    return Path(os.environ.get("LPGEMM_WARM_DIR", "/tmp")) / f"lpgemm-warm-{key}.sock"
+
+
+# ---------------------------------------------------------------- the client: a job handing itself over
+
+
+def handoff(snakemake, main: dict, cache_dir: str, forked_cost: str | None = None) -> None:
+    """Run this job in a child of the warm server and exit with its status; raise WarmUnavailable (to start
+    cold) where that cannot be done. ``main``: the local main snakemake's identity (harness.jobs.local_main);
+    ``forked_cost``: where to write the child's peak memory and CPU time (harness.jobs.forked_cost_of)."""
+    script = getattr(sys.modules["__main__"], "__real_file__", None)  # snakemake's copy of the script
+    if script is None or not os.path.exists(script):
+        raise WarmUnavailable("no script file to hand over")
+    key = server_key(main, cache_dir, dict(os.environ))
+    conn = _connect(key) or _start_server(key, main, cache_dir)
+    from harness.jobs import _proc_stat
+
+    me = {"pid": os.getpid(), "start": _proc_stat(os.getpid())[3]}  # what the child watches
+    request = json.dumps({"script": os.path.abspath(script), "argv": sys.argv, "cwd": os.getcwd(),
+                          "env": dict(os.environ), "client": me}).encode()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        conn.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+        reply = conn.recv(4096)
+    except OSError as e:
+        raise WarmUnavailable(f"the warm server did not take the job ({e})") from None
+    if not reply.startswith(b"pid "):
+        raise WarmUnavailable(f"the warm server refused the job: {reply.decode(errors='replace')}")
+    child = int(reply.split()[1])
+    _forward_signals(child)
+    status, usage = _wait_status(conn)
+    if forked_cost is not None and usage is not None:
+        from harness.atomic import write_json
+
+        with contextlib.suppress(OSError):
+            write_json(forked_cost, usage)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _connect(key: str) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(str(socket_path(key)))
+    except OSError:
+        conn.close()
+        return None
+    return conn
+
+
+def _start_server(key: str, main: dict, cache_dir: str) -> socket.socket:
+    """Start the server (one job at a time, under a lock: the others then find it) and connect to it."""
+    path = socket_path(key)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (conn := _connect(key)) is not None:  # another job started it while this one waited
+            return conn
+        log_dir = Path(".snakemake") / "lpgemm-warm"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log = log_dir / f"{key}.log"
+        with open(log, "ab") as out, open(os.devnull, "rb") as null:
+            # its own session: no job's process group, interrupt or killpg reaches it; it ends with its snakemake
+            # this checkout's harness first on its path, as checkout_first puts it for a job
+            boot = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
+                    "from harness.warm import main; main()")
+            proc = subprocess.Popen([sys.executable, "-c", boot, str(path), str(main["pid"]), str(main["start"]),
+                                     cache_dir], stdin=null, stdout=out, stderr=out, start_new_session=True,
+                                    cwd=os.getcwd())
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if (conn := _connect(key)) is not None:
+                return conn
+            if proc.poll() is not None:
+                raise WarmUnavailable(f"the warm server exited at start with status {proc.returncode} (log: {log})")
+            time.sleep(0.05)
+        proc.kill()
+        raise WarmUnavailable(f"the warm server did not start within {START_TIMEOUT_S:.0f} s (log: {log})")
+
+
+def _forward_signals(child: int) -> None:
+    """An interrupt or termination of this client goes on to the child's process group (the child leads
+    one, its subprocesses in it), which stops as a cold job would; this client then exits with its status."""
+    def forward(signum, frame):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child, signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+
+
+def _wait_status(conn: socket.socket) -> tuple[int, dict | None]:
+    """The child's exit status, and its peak memory (MB) and CPU seconds (its subprocesses' included)."""
+    while True:
+        try:
+            msg = conn.recv(4096)
+        except InterruptedError:
+            continue
+        except OSError as e:
+            print(f"lpgemm: the warm server was lost while running this job ({e})", file=sys.stderr)
+            return 1, None
+        if msg.startswith(b"exit "):
+            _, code, max_rss_mb, cpu_s = msg.decode().split()
+            return int(code), {"max_rss_mb": float(max_rss_mb), "cpu_s": float(cpu_s)}
+        print("lpgemm: the warm server was lost while running this job", file=sys.stderr)
+        return 1, None
+
+
+# ---------------------------------------------------------------- the server
+
+
+def _alive(pid: int, start: int) -> bool:
+    from harness.jobs import _alive as alive
+
+    return alive(pid, start)
+
+
+def serve(path: Path, main_pid: int, main_start: int, cache_dir: str) -> None:
+    os.environ["TILELANG_CACHE_DIR"] = cache_dir  # read by TileLang at import, as harness.jobs.setup sets it
+    t0 = time.monotonic()
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    from kernels.registry import load_all
+
+    load_all()
+    import torch
+
+    if torch.cuda.is_initialized():  # a forked child could not use the GPU
+        raise SystemExit("lpgemm warm server: CUDA was initialised while importing; not serving")
+    if (why := _probe_child_gpu()) is not None:
+        raise SystemExit(f"lpgemm warm server: a forked child cannot use the GPU ({why}); not serving")
+    print(f"lpgemm warm server {os.getpid()}: imported in {time.monotonic() - t0:.1f} s; serving {path}", flush=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(path))
+    listener.listen(64)
+    children: dict[int, socket.socket] = {}
+    idle_since = time.monotonic()
+    try:
+        while _alive(main_pid, main_start):
+            ready, _, _ = select.select([listener], [], [], 0.2)
+            if ready:
+                conn, _ = listener.accept()
+                if (pid := _fork_job(conn, listener, children)) is not None:
+                    children[pid] = conn
+                else:
+                    conn.close()
+            _reap(children)
+            if children or ready:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > IDLE_EXIT_S:
+                break
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    print(f"lpgemm warm server {os.getpid()}: its snakemake is gone or it was idle; exiting", flush=True)
+
+
+def _probe_child_gpu() -> str | None:
+    """Whether a child forked now can use the GPU, as a job would (None: it can, or there is none): something
+    imported may have initialised the CUDA driver in this process, which a forked child cannot then use."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.ones(1, device="cuda").sum().item()
+            code = 0
+        finally:
+            os._exit(code)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return None if code == 0 else f"a probe child exited with {code}"
+
+
+def _reap(children: dict[int, socket.socket]) -> None:
+    while children:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is None:
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        # ru_maxrss is in KiB on Linux; both include what the child waited for (nvcc, ptxas)
+        with contextlib.suppress(OSError):
+            conn.send(f"exit {code if code >= 0 else 128 - code} {usage.ru_maxrss / 1024:.1f} "
+                      f"{usage.ru_utime + usage.ru_stime:.3f}".encode())
+        conn.close()
+
+
+def _fork_job(conn: socket.socket, listener: socket.socket, children: dict) -> int | None:
+    try:
+        data, ancillary, _, _ = conn.recvmsg(1 << 20, socket.CMSG_SPACE(3 * array.array("i").itemsize))
+        fds = array.array("i")
+        for level, kind, blob in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(blob[: len(blob) - len(blob) % fds.itemsize])
+        request = json.loads(data)
+        if len(fds) != 3:
+            raise ValueError(f"expected 3 standard streams, got {len(fds)}")
+    except (OSError, ValueError) as e:
+        with contextlib.suppress(OSError):
+            conn.send(f"bad request: {e}".encode())
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the job
+        _run_job(request, list(fds), [listener, *children.values()])
+    for fd in fds:
+        os.close(fd)
+    conn.send(f"pid {pid}".encode())
+    return pid
+
+
+def _run_job(request: dict, fds: list[int], inherited: list[socket.socket]) -> None:
+    """In the forked child: become the job (its own process group, streams, directory, environment and
+    arguments), run its script from the top, and exit as its process would have."""
+    code = 1
+    try:
+        os.setpgid(0, 0)  # before anything: the client forwards signals to this group
+        for s in inherited:
+            s.close()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ[CLIENT_ENV] = json.dumps(request["client"])
+        sys.argv = list(request["argv"])
+        import tempfile
+
+        tempfile.tempdir = None  # TMPDIR is the job's
+        import runpy
+
+        runpy.run_path(request["script"], run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int) and e.code is not None:
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 (the job's own error, reported as an uncaught one would be)
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            import atexit
+
+            atexit._run_exitfuncs()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def main() -> None:
+    serve(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
