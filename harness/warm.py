@@ -39,9 +39,14 @@ WARM_ENV = "LPGEMM_WARM"
 # set in a forked job: the identity ({"pid", "start"}) of the client process it stands in for
 CLIENT_ENV = "LPGEMM_WARM_CLIENT"
 # what the server imports once; each is what some job would import anyway (nothing here touches the GPU)
-PRELOAD = ("numpy", "torch", "pandas", "tilelang", "snakemake.script", "snakemake.iocontainers", "harness.bench",
-           "harness.compile", "harness.device", "harness.inputs", "harness.metrics", "harness.power",
-           "harness.records", "harness.runner", "harness.stats", "harness.tables", "harness.ceilings")
+# in stages: where importing a stage leaves a forked child unable to use the GPU (something in it initialised the
+# CUDA driver), the server stops before it and the jobs import the rest themselves ("kernels.registry" stands
+# for registering every kernel: load_all)
+PRELOAD = (("numpy", "torch", "pandas", "snakemake.script", "snakemake.iocontainers"),
+           ("tilelang",),
+           ("harness.compile", "harness.inputs", "harness.metrics", "harness.records", "harness.stats",
+            "harness.tables", "harness.device", "kernels.registry"),
+           ("harness.power", "harness.bench", "harness.runner", "harness.ceilings"))
 # how long a client waits for a new server to import everything before starting cold
 START_TIMEOUT_S = 180.0
 # a server with no job and no connection for this long exits even if its snakemake lives on
@@ -79,6 +84,9 @@ def handoff(snakemake, main: dict, cache_dir: str, forked_cost: str | None = Non
     if script is None or not os.path.exists(script):
         raise WarmUnavailable("no script file to hand over")
     key = server_key(main, cache_dir, dict(os.environ))
+    failed = socket_path(key).with_suffix(".failed")
+    if failed.exists():  # this run's server could not start: no job waits for it again
+        raise WarmUnavailable(failed.read_text().strip())
     conn = _connect(key) or _start_server(key, main, cache_dir)
     from harness.jobs import _proc_stat
 
@@ -140,10 +148,14 @@ def _start_server(key: str, main: dict, cache_dir: str) -> socket.socket:
             if (conn := _connect(key)) is not None:
                 return conn
             if proc.poll() is not None:
-                raise WarmUnavailable(f"the warm server exited at start with status {proc.returncode} (log: {log})")
+                why = f"the warm server exited at start with status {proc.returncode} (log: {log})"
+                break
             time.sleep(0.05)
-        proc.kill()
-        raise WarmUnavailable(f"the warm server did not start within {START_TIMEOUT_S:.0f} s (log: {log})")
+        else:
+            proc.kill()
+            why = f"the warm server did not start within {START_TIMEOUT_S:.0f} s (log: {log})"
+        path.with_suffix(".failed").write_text(why + "\n")
+        raise WarmUnavailable(why)
 
 
 def _forward_signals(child: int) -> None:
@@ -183,23 +195,53 @@ def _alive(pid: int, start: int) -> bool:
     return alive(pid, start)
 
 
+def _import_stage(stage: tuple[str, ...]) -> None:
+    import importlib
+
+    for name in stage:
+        importlib.import_module(name)
+        if name == "kernels.registry":
+            importlib.import_module(name).load_all()
+
+
+def _stage_keeps_children_on_gpu(stage: tuple[str, ...]) -> bool:
+    """Whether a process that imports ``stage`` (on top of what this one has) can still fork a child that uses
+    the GPU: tried in a child of its own, so that this process never imports a stage that would break it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            _import_stage(stage)
+            code = 0 if _probe_child_gpu() is None else 1
+        except BaseException:  # noqa: BLE001 (reported in the server's log; the stage is then left to the jobs)
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
 def serve(path: Path, main_pid: int, main_start: int, cache_dir: str) -> None:
     os.environ["TILELANG_CACHE_DIR"] = cache_dir  # read by TileLang at import, as harness.jobs.setup sets it
     t0 = time.monotonic()
-    import importlib
-
-    for name in PRELOAD:
-        importlib.import_module(name)
-    from kernels.registry import load_all
-
-    load_all()
+    gpu_here = os.path.exists("/dev/nvidiactl")  # only then can an import spoil a child's GPU
+    loaded = []
+    for stage in PRELOAD:
+        if gpu_here and not _stage_keeps_children_on_gpu(stage):
+            print(f"lpgemm warm server {os.getpid()}: after importing {', '.join(stage)} a forked child could not "
+                  f"use the GPU; the jobs import it and what follows themselves", flush=True)
+            break
+        _import_stage(stage)
+        loaded += stage
     import torch
 
     if torch.cuda.is_initialized():  # a forked child could not use the GPU
         raise SystemExit("lpgemm warm server: CUDA was initialised while importing; not serving")
-    if (why := _probe_child_gpu()) is not None:
-        raise SystemExit(f"lpgemm warm server: a forked child cannot use the GPU ({why}); not serving")
-    print(f"lpgemm warm server {os.getpid()}: imported in {time.monotonic() - t0:.1f} s; serving {path}", flush=True)
+    print(f"lpgemm warm server {os.getpid()}: imported {', '.join(loaded) or 'nothing'} in "
+          f"{time.monotonic() - t0:.1f} s; serving {path}", flush=True)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -241,7 +283,10 @@ def _probe_child_gpu() -> str | None:
             if torch.cuda.is_available():
                 torch.ones(1, device="cuda").sum().item()
             code = 0
+        except BaseException as e:  # noqa: BLE001 (the reason goes to the server's log)
+            print(f"lpgemm warm server: a forked child cannot use the GPU: {type(e).__name__}: {e}", file=sys.stderr)
         finally:
+            sys.stderr.flush()
             os._exit(code)
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     return None if code == 0 else f"a probe child exited with {code}"

@@ -21,11 +21,11 @@ for _name, (_formats, _shapes) in INPUT_SETS.items():
         params:
             seed=config["seed"],
             formats=list(_formats),
-        # a GPU host's run jobs start as early as possible (run.smk: priority 50), so what they need comes first
-        priority: 20
-        # a few cores each (inputs are the same on any number): snakemake runs as many at once as the cores
-        # hold, each done sooner, rather than every core's worth of jobs each with a thread per core
-        threads: 4
+        # a GPU host's run jobs start as early as possible (run.smk: priority 50), so what they need comes first,
+        # inputs before the kernels (the library peers' runs need nothing else). One thread each (the values do
+        # not depend on it): snakemake's scheduler maximises the sum of its jobs' priorities, so a job of more
+        # threads than others of its priority waits until they are all done
+        priority: 30
         conda:
             "../../envs/gpu.yaml"
         log:
