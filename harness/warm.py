@@ -226,6 +226,10 @@ def _stage_keeps_children_on_gpu(stage: tuple[str, ...]) -> bool:
 
 def serve(path: Path, main_pid: int, main_start: int, cache_dir: str) -> None:
     os.environ["TILELANG_CACHE_DIR"] = cache_dir  # read by TileLang at import, as harness.jobs.setup sets it
+    # TileLang asks torch.cuda.is_available() at import; answered by the CUDA runtime it initialises the driver,
+    # and torch then refuses CUDA in every forked child ("Cannot re-initialize CUDA in forked subprocess", seen on
+    # the H200 host). Answered through NVML, as torch offers for this case, it leaves the driver alone.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     t0 = time.monotonic()
     gpu_here = os.path.exists("/dev/nvidiactl")  # only then can an import spoil a child's GPU
     loaded = []
