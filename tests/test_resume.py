@@ -39,6 +39,10 @@ def test_job_key_follows_params_code_and_identity(tmp_path):
     other = tmp_path / "other.py"
     other.write_text("x = 2\n")
     assert key != job_key(params, [other], seed=1, dist="normal")  # the content counts, not the name
+    life = tmp_path / "harness" / "warm.py"
+    life.parent.mkdir()
+    life.write_text("how a job starts\n")
+    assert job_key(params, [code, life], seed=1, dist="normal") == key  # not what it measures
 
 
 def test_finished_needs_every_record_whole_with_the_key_and_not_incomplete(tmp_path):
