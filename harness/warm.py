@@ -204,24 +204,42 @@ def _import_stage(stage: tuple[str, ...]) -> None:
             importlib.import_module(name).load_all()
 
 
-def _stage_keeps_children_on_gpu(stage: tuple[str, ...]) -> bool:
-    """Whether a process that imports ``stage`` (on top of what this one has) can still fork a child that uses
-    the GPU: tried in a child of its own, so that this process never imports a stage that would break it."""
+def _in_a_child(test) -> bool:
+    """Whether ``test`` returns True in a forked child (an exception, printed to the server's log, is False)."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        code = 1
+        ok = False
         try:
-            _import_stage(stage)
-            code = 0 if _probe_child_gpu() is None else 1
-        except BaseException:  # noqa: BLE001 (reported in the server's log; the stage is then left to the jobs)
+            ok = bool(test())
+        except BaseException:  # noqa: BLE001 (the reason goes to the server's log)
             import traceback
 
             traceback.print_exc()
         finally:
-            os._exit(code)
+            sys.stderr.flush()
+            os._exit(0 if ok else 1)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def _child_uses_gpu() -> bool:
+    """Whether a child forked now can use the GPU, as a job would (True too where there is none): something
+    imported may have initialised the CUDA driver in this process, which a forked child cannot then use."""
+    def use_gpu():
+        import torch
+
+        if torch.cuda.is_available():
+            torch.ones(1, device="cuda").sum().item()
+        return True
+
+    return _in_a_child(use_gpu)
+
+
+def _stage_keeps_children_on_gpu(stage: tuple[str, ...]) -> bool:
+    """Whether a process that imports ``stage`` (on top of what this one has) can still fork a child that uses
+    the GPU: tried in a child of its own, so that this process never imports a stage that would break it."""
+    return _in_a_child(lambda: _import_stage(stage) or _child_uses_gpu())
 
 
 def serve(path: Path, main_pid: int, main_start: int, cache_dir: str) -> None:
@@ -271,29 +289,6 @@ def serve(path: Path, main_pid: int, main_start: int, cache_dir: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     print(f"lpgemm warm server {os.getpid()}: its snakemake is gone or it was idle; exiting", flush=True)
-
-
-def _probe_child_gpu() -> str | None:
-    """Whether a child forked now can use the GPU, as a job would (None: it can, or there is none): something
-    imported may have initialised the CUDA driver in this process, which a forked child cannot then use."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.ones(1, device="cuda").sum().item()
-            code = 0
-        except BaseException as e:  # noqa: BLE001 (the reason goes to the server's log)
-            print(f"lpgemm warm server: a forked child cannot use the GPU: {type(e).__name__}: {e}", file=sys.stderr)
-        finally:
-            sys.stderr.flush()
-            os._exit(code)
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return None if code == 0 else f"a probe child exited with {code}"
 
 
 def _reap(children: dict[int, socket.socket]) -> None:

@@ -107,3 +107,14 @@ def test_a_server_is_keyed_by_its_snakemake_and_start_up_conditions():
     assert key != warm.server_key(main, "/other", env)  # TileLang reads its cache folder at import
     assert key != warm.server_key(main, "/cache", env | {"OMP_NUM_THREADS": "4"})  # torch reads it at import
     assert len(str(warm.socket_path(key))) < 100
+
+
+def test_a_stage_is_tried_in_a_child_before_the_server_imports_it(capfd):
+    """The server imports a stage only where a child that imported it could still fork a GPU-using child (on
+    a host without a GPU: where it imports at all); a failing stage is reported, not raised."""
+    import sys
+
+    assert warm._stage_keeps_children_on_gpu(("json",))
+    assert "no_such_module_for_lpgemm" not in sys.modules
+    assert not warm._stage_keeps_children_on_gpu(("no_such_module_for_lpgemm",))
+    assert "ModuleNotFoundError" in capfd.readouterr().err
