@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness import sass
 from harness.atomic import atomic_path
+from harness.jobs import interrupted
 from kernels.registry import Unsupported, Variant, pass_configs_for
 from kernels.tiles import Tile, register_problem, smem_problem
 
@@ -253,6 +254,8 @@ def compile_record(variant: Variant, M: int, N: int, K: int, tile: Tile, arch: s
     except Unsupported as e:
         return rec | {"status": "unsupported", "reason": str(e)}
     except Exception as e:  # data, not a crash of the DAG: the other tiles and targets still compile
+        if interrupted():  # nvcc stopped by the job's interrupt: no outcome to record
+            raise KeyboardInterrupt from e
         print(f"compile of {variant.name} {tile.name} {M}x{N}x{K} for {arch} failed:", flush=True)
         traceback.print_exc(file=sys.stdout)
         sys.stdout.flush()

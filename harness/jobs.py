@@ -91,7 +91,24 @@ def setup(snakemake) -> Path:
         print(f"lpgemm: cold start: {cold_reason}", file=sys.stderr, flush=True)
     if not _watching:
         _watch_main()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupted)
     return repo
+
+
+_interrupts: list[int] = []
+
+
+def _interrupted(signum, frame):
+    """The job's interrupt: noted, then raised as Python's own would be."""
+    _interrupts.append(signum)
+    raise KeyboardInterrupt
+
+
+def interrupted() -> bool:
+    """Whether this job was interrupted: a subprocess (nvcc, ptxas) killed by the same interrupt makes its
+    caller fail with an ordinary error before the KeyboardInterrupt arrives, and that failure is no result."""
+    return bool(_interrupts)
 
 
 def _hand_off(snakemake) -> str:

@@ -276,3 +276,21 @@ def test_declared_shape_limit_is_unsupported(tmp_path, variant, tile, K, words):
     assert v.shape_limit(256, 256, K)  # the same rule the variant declares
     rec = compile_record(v, 256, 256, K, parse_tile(tile), "sm_90a", tmp_path)
     assert rec["status"] == "unsupported" and words in rec["reason"], rec
+
+
+def test_a_compile_stopped_by_the_jobs_interrupt_records_nothing(tmp_path, monkeypatch):
+    """nvcc killed by the same interrupt as its job makes TileLang fail with an ordinary error first: that is no
+    outcome of the kernel, so no failed record (it would skip the tile in every run); a real failure is one."""
+    from harness import compile as kcompile
+    from harness import jobs
+
+    def nvcc_killed(*args, **kwargs):
+        raise RuntimeError("")
+
+    monkeypatch.setattr(kcompile, "build", nvcc_killed)
+    variant, tile = get_variant("fp8_e4m3"), parse_tile("m64n64k64_s2_t128")
+    rec = compile_record(variant, 64, 64, 64, tile, "sm_90a", tmp_path)
+    assert rec["status"] == "failed" and rec["reason"].startswith("RuntimeError")
+    monkeypatch.setattr(jobs, "_interrupts", [2])
+    with pytest.raises(KeyboardInterrupt):
+        compile_record(variant, 64, 64, 64, tile, "sm_90a", tmp_path)
