@@ -132,6 +132,8 @@ def _start_server(key: str, main: dict, cache_dir: str) -> socket.socket:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (conn := _connect(key)) is not None:  # another job started it while this one waited
             return conn
+        if path.with_suffix(".failed").exists():  # or tried, and it could not start
+            raise WarmUnavailable(path.with_suffix(".failed").read_text().strip())
         log_dir = Path(".snakemake") / "lpgemm-warm"
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{key}.log"
