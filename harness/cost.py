@@ -14,14 +14,13 @@ shows. Plain pandas, no Snakemake: collect writes ``results/<platform>/cost.csv`
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from harness.jobs import BENCHMARKS, benchmark_of, forked_cost_of
-from harness.records import RUN, DamagedFile, read_json
+from harness.records import RUN, DamagedFile, read_json, utc
 
 KINDS = ("inputs", "compile", "run", "tune", "ceilings", "collect", "report", "publish", "other")
 # kinds of jobs every platform's tables are made of (they name no platform)
@@ -73,11 +72,6 @@ def set_of(job: str) -> str | None:
     if parts[0] == "screenshots":
         return "/".join(parts[2:]) if parts[1:2] == ["results"] else "/".join(parts[1:])
     return parts[0]
-
-
-def utc(t: float) -> str:
-    """A POSIX time as a UTC ISO timestamp, to the millisecond."""
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def seconds(stamp) -> float:

@@ -451,13 +451,8 @@ def _watch_main() -> None:
         return
     _watching.append(True)
     watched = [(main["pid"], main["start"], f"the snakemake process that scheduled this job (PID {main['pid']})")]
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        from harness.warm import CLIENT_ENV
-
-        if raw := os.environ.get(CLIENT_ENV):
-            client = json.loads(raw)
-            watched.append((int(client["pid"]), int(client["start"]),
-                            f"the job process that handed this job over (PID {client['pid']})"))
+    if (client := _warm_client()) is not None:
+        watched.append((client["pid"], client["start"], f"the job process that handed this job over (PID {client['pid']})"))
     pidfds = []
     for pid, _, _ in watched:
         pidfd = None
@@ -551,16 +546,23 @@ def _stop_job_tree(reason: str) -> None:
     os._exit(1)
 
 
+def _warm_client() -> dict | None:
+    """In a job forked by the warm server: the identity ({"pid", "start"}) of the job process that snakemake
+    started and that handed the job over (harness/warm.py, which imports this module: hence imported here)."""
+    from harness.warm import CLIENT_ENV
+
+    try:
+        client = json.loads(os.environ[CLIENT_ENV])
+        return {"pid": int(client["pid"]), "start": int(client["start"])}
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
 def job_started() -> float | None:
     """When this job's process started (Unix time): the process snakemake started, which for a warm start
     (harness/warm.py) is the client that handed the job over, not the child running it. None off Linux."""
-    pid = os.getpid()
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        from harness.warm import CLIENT_ENV
-
-        if raw := os.environ.get(CLIENT_ENV):
-            pid = int(json.loads(raw)["pid"])
-    stat = _proc_stat(pid)
+    client = _warm_client()
+    stat = _proc_stat(os.getpid() if client is None else client["pid"])
     try:
         boot = next(int(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime "))
     except (OSError, StopIteration, ValueError):

@@ -15,10 +15,16 @@ import re
 import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 NUMBER = (int, float)
+
+
+def utc(t: float) -> str:
+    """A POSIX time as records write it: a UTC ISO timestamp, to the millisecond."""
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class DamagedFile(ValueError):

@@ -110,7 +110,8 @@ def inputs_still_measured(record: dict, inputs: Inputs) -> bool:
 def finished(outputs: Iterable[str], key: str, incomplete: set[str], inputs: Iterable[Inputs] | None = None) -> bool:
     """Whether every one of a job's records is there, whole, stamped with ``key``, not incomplete, and (with
     ``inputs``, one per output) not contradicted by the inputs this host holds."""
-    inputs = list(inputs) if inputs is not None else [None] * len(outputs := list(outputs))
+    outputs = list(outputs)
+    inputs = [None] * len(outputs) if inputs is None else list(inputs)
     for out, ins in zip(outputs, inputs, strict=True):
         if os.path.normpath(out) in incomplete:
             return False

@@ -34,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+from harness.atomic import write_json
+from harness.jobs import _alive, _proc_stat
+
 # "0" turns warm starts off (every job imports everything itself)
 WARM_ENV = "LPGEMM_WARM"
 # set in a forked job: the identity ({"pid", "start"}) of the client process it stands in for
@@ -84,12 +87,7 @@ def handoff(snakemake, main: dict, cache_dir: str, forked_cost: str | None = Non
     if script is None or not os.path.exists(script):
         raise WarmUnavailable("no script file to hand over")
     key = server_key(main, cache_dir, dict(os.environ))
-    failed = socket_path(key).with_suffix(".failed")
-    if failed.exists():  # this run's server could not start: no job waits for it again
-        raise WarmUnavailable(failed.read_text().strip())
     conn = _connect(key) or _start_server(key, main, cache_dir)
-    from harness.jobs import _proc_stat
-
     me = {"pid": os.getpid(), "start": _proc_stat(os.getpid())[3]}  # what the child watches
     request = json.dumps({"script": os.path.abspath(script), "argv": sys.argv, "cwd": os.getcwd(),
                           "env": dict(os.environ), "client": me}).encode()
@@ -106,8 +104,6 @@ def handoff(snakemake, main: dict, cache_dir: str, forked_cost: str | None = Non
     _forward_signals(child)
     status, usage = _wait_status(conn)
     if forked_cost is not None and usage is not None:
-        from harness.atomic import write_json
-
         with contextlib.suppress(OSError):
             write_json(forked_cost, usage)
     sys.stdout.flush()
@@ -132,7 +128,7 @@ def _start_server(key: str, main: dict, cache_dir: str) -> socket.socket:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (conn := _connect(key)) is not None:  # another job started it while this one waited
             return conn
-        if path.with_suffix(".failed").exists():  # or tried, and it could not start
+        if path.with_suffix(".failed").exists():  # this run's server could not start: no job waits for it again
             raise WarmUnavailable(path.with_suffix(".failed").read_text().strip())
         log_dir = Path(".snakemake") / "lpgemm-warm"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -189,12 +185,6 @@ def _wait_status(conn: socket.socket) -> tuple[int, dict | None]:
 
 
 # ---------------------------------------------------------------- the server
-
-
-def _alive(pid: int, start: int) -> bool:
-    from harness.jobs import _alive as alive
-
-    return alive(pid, start)
 
 
 def _import_stage(stage: tuple[str, ...]) -> None:

@@ -166,12 +166,6 @@ def test_a_job_that_lands_on_another_gpu_fails_and_says_which_key_to_fix(tmp_pat
     assert "platforms.h100.cluster" in log and "platforms.h100.match" in log
 
 
-def _mtimes(root):
-    # a job's log and benchmark (what it cost, results/benchmarks) are its records of itself, not its results
-    return {p: p.stat().st_mtime_ns for p in (root / "results").rglob("*")
-            if p.is_file() and not {"logs", "benchmarks"} & set(p.parts)}
-
-
 @pytest.mark.workflow
 def test_the_tiny_cpu_run_emulates_every_variant_and_records_each_kernel(tiny_run):
     res = tiny_run / "results"
@@ -263,7 +257,7 @@ def test_every_job_records_its_cost_and_the_report_shows_it(tiny_run):
     c = rec["cost"]
     assert c["standalone_s"] == c["paired_s"] == 0 and c["load_s"] > 0 and c["build_check_s"] > 0
     assert c["ready"] <= c["shape_start"] <= c["shape_end"] and rec["env"]["node"]
-    # psutil's process start is as exact as the kernel's boot time: whole seconds
+    # the process start (/proc) is as exact as the kernel's boot time: whole seconds
     assert -1.5 < (pd.Timestamp(c["ready"]) - pd.Timestamp(c["process_start"])).total_seconds() < 120
     page = (res / "cpu/report.html").read_text()
     assert "<h2>What this run cost</h2>" in page and "Wall time to the report" in page and "cpu/fp8_e4m3/normal" in page

@@ -204,21 +204,26 @@ def forced(rule_name, outputs):
     return rule_name in named or not named.isdisjoint(outputs)
 
 
-def run_record_paths(variant, kind, zoo, wc):
-    shapes = zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
-    return [f"results/{wc.platform}/{variant}/{wc.dist}/{s}.json" for s in shapes]
+def run_shapes(variant, kind, zoo):
+    """The shapes of one run job: the variant's sweep of its platform kind, or (``zoo``) its zoo shapes."""
+    return zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
+
+
+def input_files(dist, shape, fmt):
+    """The input files a run reads at one shape (inputs.smk writes them): fp32, format ``fmt``'s, the manifest."""
+    folder = f"results/inputs/{dist}/{shape}"
+    return f"{folder}/fp32.pt", f"{folder}/formats/{fmt}.pt", f"{folder}/manifest.json"
 
 
 def run_is_finished(rule_name, variant, kind, zoo, wc):
     ok, incomplete = resumable()
-    outputs = run_record_paths(variant, kind, zoo, wc)
+    shapes = run_shapes(variant, kind, zoo)
+    outputs = [f"results/{wc.platform}/{variant}/{wc.dist}/{s}.json" for s in shapes]
     if not ok or forced(rule_name, outputs):
         return False
     fmt = impl(variant).input_format
-    shapes = zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
-    inputs = [Inputs(f"results/inputs/{wc.dist}/{s}/manifest.json", fmt,
-                     (f"results/inputs/{wc.dist}/{s}/fp32.pt", f"results/inputs/{wc.dist}/{s}/formats/{fmt}.pt"))
-              for s in shapes]
+    inputs = [Inputs(manifest, fmt, (fp32, fmt_file))
+              for fp32, fmt_file, manifest in (input_files(wc.dist, s, fmt) for s in shapes)]
     return finished(outputs, run_key(variant, kind, zoo)(wc), incomplete, inputs)
 
 
@@ -229,11 +234,9 @@ def run_inputs(variant, kind, zoo=False, rule_name=None):
     def inputs(wc):
         if run_is_finished(rule_name, variant, kind, zoo, wc):
             return {"code": [ancient(f) for f in variant_code(variant, "run")]}
-        shapes = zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
-        fmt = impl(variant).input_format
-        files = {"fp32": [f"results/inputs/{wc.dist}/{s}/fp32.pt" for s in shapes],
-                 "formats": [f"results/inputs/{wc.dist}/{s}/formats/{fmt}.pt" for s in shapes],
-                 "manifest": [f"results/inputs/{wc.dist}/{s}/manifest.json" for s in shapes],
+        fp32, formats, manifests = zip(*(input_files(wc.dist, s, impl(variant).input_format)
+                                         for s in run_shapes(variant, kind, zoo)))
+        files = {"fp32": list(fp32), "formats": list(formats), "manifest": list(manifests),
                  "code": variant_code(variant, "run")}
         arch = run_arch(wc.platform)
         if arch is not None and is_tilelang(variant):
@@ -256,7 +259,7 @@ def run_params(variant, kind, zoo=False):
     """A run job's params. Snakemake reruns a job whose params change, so a CPU emulation gets none of what
     only a GPU run uses (timing, tiles, peers): changing those never reruns it. ``zoo``: the zoo's shapes."""
     gpu = kind == "gpu"
-    shapes = zoo_shapes(variant) if zoo else variant_shapes(variant, kind)
+    shapes = run_shapes(variant, kind, zoo)
     return {"variant": impl(variant).name, "entry": variant, "shapes": shapes,
             "tolerance": config["variants"][variant]["tolerance"], "timing": config["timing"] if gpu else None,
             "platform_spec": (lambda wc: platform_spec(wc.platform)) if gpu else None,

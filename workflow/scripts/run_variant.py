@@ -9,13 +9,12 @@ from harness.jobs import gpu_lock, job_started, restore_missing, setup
 setup(snakemake)
 import time  # noqa: E402
 import traceback  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
 
 from harness.compile import error_summary  # noqa: E402
 from harness.device import check_landed, environment_tags  # noqa: E402
 from harness.inputs import load_format, load_point  # noqa: E402
 from harness.power import open_nvml  # noqa: E402
-from harness.records import RUN, DamagedFile, compile_outcomes, read_json  # noqa: E402
+from harness.records import RUN, DamagedFile, compile_outcomes, read_json, utc  # noqa: E402
 from harness.runner import Pairing, Peer, run_emulated, run_gpu  # noqa: E402
 from harness.stats import StoppingRule  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
@@ -24,12 +23,6 @@ from kernels.tiles import EMULATED, LIBRARY, parse_shape, parse_tile  # noqa: E4
 # when this job's process started (a warm start's: the client's) and when its imports were done (each
 # record's cost; its host is env.node)
 READY, STARTED = time.time(), job_started()
-
-
-def utc(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 wc, p = snakemake.wildcards, snakemake.params
@@ -140,7 +133,8 @@ for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.f
     # cost: where this shape's time went (UTC times; harness/cost.py puts it beside the job's benchmark)
     written[out] = {"point": point, "env": environment_tags(), "tolerance": p.tolerance, "rows": rows,
                     "paired_samples": paired,
-                    "cost": {"process_start": utc(STARTED), "ready": utc(READY), "shape_start": utc(started),
-                             "shape_end": utc(time.time()), **{k: round(v, 4) for k, v in cost.items()}}}
+                    "cost": {"process_start": utc(STARTED) if STARTED is not None else None, "ready": utc(READY),
+                             "shape_start": utc(started), "shape_end": utc(time.time()),
+                             **{k: round(v, 4) for k, v in cost.items()}}}
     write_json(out, written[out])
 restore_missing(written)
