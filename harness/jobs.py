@@ -471,6 +471,33 @@ def _watch_main() -> None:
     # process (leaving nvcc behind) or runs a Python handler no sooner than this thread would.
 
 
+# in the GPU worker (harness/warm.py): the client of the job it runs now, watched as a forked job watches its own
+_current_client: list[dict] = []
+
+
+def watch_for_worker() -> None:
+    """The GPU worker's watch: the snakemake above it for its whole life, and each job's client while that job
+    runs (``begin_job``); either gone, and the worker stops with all its subprocesses."""
+    if not _watching:
+        _watch_main()
+
+
+def begin_job(client: dict) -> int:
+    """In the GPU worker, before a job: watch its client, forget the last job's interrupt; returns the count
+    of held descriptors that are the worker's own (``end_job`` closes the rest)."""
+    _current_client[:] = [{"pid": int(client["pid"]), "start": int(client["start"])}]
+    _interrupts.clear()
+    return len(_held_fds)
+
+
+def end_job(held: int) -> None:
+    """In the GPU worker, after a job: release what the job held for its life (its lock), stop watching its client."""
+    while len(_held_fds) > held:
+        with contextlib.suppress(OSError):
+            os.close(_held_fds.pop())
+    _current_client.clear()
+
+
 def _become_group_leader() -> None:
     """Our own process group, inherited by our subprocesses: one killpg reaches them all, and nothing
     outside the job. Off the terminal's foreground group, a read from it would stop us, so stdin goes."""
@@ -529,6 +556,9 @@ def _watchdog(watched: list[tuple[int, int, str]], pidfds: list[int | None]) -> 
         for pid, start, what in watched:
             if not _alive(pid, start):
                 _stop_job_tree(f"{what} is gone")
+        for client in list(_current_client):  # the GPU worker's job of the moment
+            if not _alive(client["pid"], client["start"]) and client in _current_client:
+                _stop_job_tree(f"the job process that handed this job over (PID {client['pid']}) is gone")
 
 
 def _stop_job_tree(reason: str) -> None:

@@ -750,6 +750,27 @@ class Plan:
             sets[unique] = (formats, members)
         return sets
 
+    def opening_inputs(self) -> set[tuple[str, str]]:
+        """The (distribution, shape) inputs of the GPU run job that can start first, built before the others
+        (inputs.smk's priority): a library peer's run needs no compiled kernel, so the GPU can start as soon as
+        all its shapes' inputs exist. Of those jobs, the one whose largest input job is smallest, an input job's
+        time taken as growing with its operands' elements (M·K + N·K) times the formats it writes, plus one for
+        the fp32 file; none where no GPU platform is planned."""
+        if not any(p != "cpu" for p in self.run_on):
+            return set()
+
+        def size(shape: str) -> int:
+            M, N, K = parse_shape(shape)
+            return (M * K + N * K) * (1 + len(self.input_formats(shape)))
+
+        # sweep jobs only: a zoo job has more shapes than a host has cores for at once
+        jobs = [(d, self.variant_shapes(e, "gpu")) for e in self.entries if not self.is_tilelang(e)
+                for d in self.variant_dists(e)]
+        if not jobs:
+            return set()
+        dist, shapes = min(jobs, key=lambda j: (max(map(size, j[1])), sum(map(size, j[1]))))
+        return {(dist, s) for s in shapes}
+
     def run_outputs(self, platform: str, entries=None) -> list[str]:
         """Every run file of a platform (of ``entries``): each entry's sweep, and on a GPU platform its zoo."""
         sweep = [f"results/{platform}/{v}/{d}/{s}.json" for v in (entries or self.entries) for d in self.variant_dists(v)

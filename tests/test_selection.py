@@ -188,6 +188,19 @@ def test_the_zoo_is_planned_for_its_entries_and_their_peers_at_its_distributions
         validate(cfg, check_shapes=False)
 
 
+def test_the_inputs_built_first_are_those_of_the_library_run_that_can_start_first():
+    plan = Plan(dict(CONFIG, run_on=["h200"]))
+    opening = plan.opening_inputs()
+    dists = {d for d, _ in opening}
+    assert len(dists) == 1 and opening
+    # exactly the shapes of one library peer's sweep run job at that distribution
+    peers = [e for e in plan.entries if not plan.is_tilelang(e) and dists <= set(plan.variant_dists(e))]
+    assert {s for _, s in opening} in [set(plan.variant_shapes(e, "gpu")) for e in peers]
+    # of those jobs, none has a smaller largest input (the W4 shapes' many formats make theirs the largest)
+    assert not any("28672" in s for _, s in opening)
+    assert Plan(dict(CONFIG, run_on=["cpu"])).opening_inputs() == set()
+
+
 def test_rank_prints_the_models_order(capsys):
     assert selection.main(["rank", "h200", "fp8_e4m3_ws", "16x8192x8192", "--top", "5"]) == 0
     lines = capsys.readouterr().out.splitlines()

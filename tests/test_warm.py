@@ -33,6 +33,7 @@ def _workflow(root: Path) -> Path:
     (root / "workflow" / "scripts").mkdir(parents=True)
     (root / "workflow" / "scripts" / "checkout_first.py").symlink_to(SCRIPTS / "checkout_first.py")
     (root / "workflow" / "scripts" / "job.py").write_text(JOB)
+    (root / "workflow" / "scripts" / "gpu_job.py").write_text(GPU_JOB)
     (root / "config.yaml").write_text("{}\n")
     head = f'import sys\n\nsys.path.insert(0, {str(REPO)!r})\n\nconfigfile: "config.yaml"\n'
     (root / "Snakefile").write_text(head + _snakefile_block() + textwrap.dedent("""
@@ -42,12 +43,49 @@ def _workflow(root: Path) -> Path:
             threads: 2
             log: "logs/{i}.log"
             script: "workflow/scripts/job.py"
+
+        # a GPU job (it holds the gpu resource), after the ones its name lists (gout/b_after_a.json: after a)
+        rule gpu_job:
+            input: lambda wc: [f"gout/{j}.json" for j in wc.i.split("_after_", 1)[1:]]
+            output: "gout/{i}.json"
+            resources: gpu=1
+            threads: 2
+            log: "logs/g_{i}.log"
+            script: "workflow/scripts/gpu_job.py"
         """))
     return root
 
 
+GPU_JOB = """\
+import fcntl, json, os, sys
+from pathlib import Path
+
+import checkout_first
+from harness.jobs import setup
+
+setup(snakemake)
+i = snakemake.wildcards.i
+parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\\0", b" ").decode()
+earlier = {}
+for f in snakemake.input:  # each earlier job's lock: released when that job ended, though its process lives on
+    fd = os.open(str(Path("logs") / f"g_{Path(f).stem}.log.lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        earlier[f] = "free"
+    except BlockingIOError:
+        earlier[f] = "held"
+    os.close(fd)
+Path(snakemake.output[0]).write_text(json.dumps({"pid": os.getpid(), "parent": parent, "cwd": os.getcwd(),
+                                                 "threads": os.environ.get("OMP_NUM_THREADS"), "earlier": earlier}))
+print(f"gpu job {i} output", flush=True)
+if i.startswith("fail"):
+    sys.exit(3)
+"""
+
+
 def _run(wf: Path, *targets: str, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--rerun-triggers", "mtime", "--", *targets],
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--resources", "gpu=1", "--rerun-triggers",
+                           "mtime", "--keep-going", "--", *targets],
                           cwd=wf, capture_output=True, text=True, env=_env(**env), timeout=600)
 
 
@@ -73,6 +111,44 @@ def test_jobs_run_in_children_of_one_warm_server_and_report_their_status(tmp_pat
 
     failed = _run(wf, "out/fail.json")  # a child's exit status is the job's
     assert failed.returncode != 0 and "out/fail.json" in failed.stderr
+
+
+@pytest.mark.workflow
+def test_gpu_jobs_run_one_after_another_in_one_worker_which_a_failed_job_takes_down(tmp_path):
+    wf = _workflow(tmp_path / "wf")
+    # a, then b in the same worker; then a failing job, after which c gets a fresh worker
+    proc = _run(wf, "gout/c_after_fail_after_b_after_a.json")
+    assert proc.returncode != 0 and "gout/fail_after_b_after_a.json" in proc.stderr
+    a, b = (json.loads((wf / "gout" / f"{i}.json").read_text()) for i in ("a", "b_after_a"))
+    assert a["pid"] == b["pid"] and "harness.warm" in a["parent"]  # one process, a child of the server
+    assert b["earlier"] == {"gout/a.json": "free"}  # a's lock went with a, not with the process
+    assert a["cwd"] == str(wf) and a["threads"] == b["threads"] == "2"
+    for i in ("a", "b_after_a"):  # each job's output in its own log only
+        log = (wf / "logs" / f"g_{i}.log").read_text()
+        assert f"gpu job {i} output" in log and log.count("gpu job") == 1, log
+    assert not (wf / "gout" / "c_after_fail_after_b_after_a.json").exists()  # its input failed: c never ran
+    server_log = next((wf / ".snakemake" / "lpgemm-warm").glob("*.log")).read_text()
+    assert server_log.count("GPU worker") == 1, server_log
+
+    again = _run(wf, "gout/d_after_a.json", "gout/e_after_d_after_a.json")  # a new snakemake: a new server, worker
+    assert again.returncode == 0, again.stderr[-3000:]
+    d, e = (json.loads((wf / "gout" / f"{i}.json").read_text()) for i in ("d_after_a", "e_after_d_after_a"))
+    assert d["pid"] == e["pid"] != a["pid"]
+
+    off = _run(wf, "gout/f.json", "gout/g_after_f.json", **{warm.GPU_WORKER_ENV: "0"})  # each GPU job forked
+    assert off.returncode == 0, off.stderr[-3000:]
+    f, g = (json.loads((wf / "gout" / f"{i}.json").read_text()) for i in ("f", "g_after_f"))
+    assert f["pid"] != g["pid"] and "harness.warm" in f["parent"]
+
+
+@pytest.mark.workflow
+def test_a_gpu_job_after_a_failed_one_in_the_same_run_gets_a_fresh_worker(tmp_path):
+    wf = _workflow(tmp_path / "wf")
+    proc = _run(wf, "gout/fail1.json", "gout/h_after_fail2.json", "gout/k.json")
+    assert proc.returncode != 0
+    k = json.loads((wf / "gout" / "k.json").read_text())
+    server_log = next((wf / ".snakemake" / "lpgemm-warm").glob("*.log")).read_text()
+    assert server_log.count("GPU worker") >= 2 and "harness.warm" in k["parent"], server_log
 
 
 def _serves(sock: Path) -> bool:

@@ -317,6 +317,7 @@ def report_params(result_dir, label, references):
 
 
 INPUT_SETS = PLAN.input_sets()
+OPENING_INPUTS = PLAN.opening_inputs()
 
 
 def published_platform_points(platform):
