@@ -487,9 +487,9 @@ def _serve_gpu_jobs(sock: socket.socket) -> None:
                 os.chdir(own_cwd)
                 os.environ.clear()
                 os.environ.update(own_env)
-                _release_gpu_memory()
+                healthy = _release_gpu_memory()
             sock.send(f"exit {code} {_peak_memory_mb():.1f} {_cpu_seconds() - before:.3f}".encode())
-            if code != 0 or jobs.interrupted():
+            if code != 0 or jobs.interrupted() or not healthy:
                 return
     except (OSError, KeyboardInterrupt):  # the server is gone, or an interrupt between jobs
         return
@@ -521,16 +521,23 @@ def _peak_memory_mb() -> float:
     return 0.0
 
 
-def _release_gpu_memory() -> None:
-    """What the job left cached in torch's allocator goes back to the GPU, as it would with its process."""
+def _release_gpu_memory() -> bool:
+    """What the job left cached in torch's allocator goes back to the GPU, as it would with its process; False
+    if the CUDA context is no longer usable (a kernel's fault is sticky: a job that kept going after one, with
+    failed rows, leaves a context in which every later job would fail), and the worker then ends."""
     import gc
 
     gc.collect()
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        with contextlib.suppress(Exception):
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
+    if torch is None or not torch.cuda.is_initialized():
+        return True
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        return bool(torch.ones(1, device="cuda").sum().item() == 1)
+    except Exception as e:  # noqa: BLE001 (any failure here means the same)
+        print(f"lpgemm GPU worker: the CUDA context is unusable after a job ({e}); the worker ends", flush=True)
+        return False
 
 
 def _run_job(request: dict, fds: list[int], at_exit: bool) -> int:
