@@ -410,6 +410,25 @@ def check_tiles(cfg: dict, name: str, impl: str, class_names: list[str]) -> None
                     raise ConfigError(f"{where}: {problem}")
 
 
+# The order in which a host's cores take the CPU jobs (Snakemake's rule priorities: inputs.smk, compile.smk).
+# The GPU's jobs come first (run.smk: priority 50), then the inputs of the run job that can start first
+# (Plan.opening_inputs), then the input builds and sweep compiles, longest first: the GPU runs need both, they
+# take minutes of every core of a GPU host together, and longest-first packs the cores best, leaving short jobs
+# to end the stage. The compile checks of every target, which only the final tables need, come last, also
+# longest first. Estimated seconds (one thread, every core of the H200 host busy: 5-15 s per TileLang kernel;
+# an input job 40 s at 8192³ with its 8 formats) set the order only, never what a job does.
+KERNEL_COMPILE_S = 8.0
+INPUT_S_PER_GELEMENT = 30.0
+OPENING_PRIORITY, GPU_FEED_PRIORITY, CHECK_PRIORITY = 45, 20, 0
+
+
+def longest_first(seconds: float, base: int = GPU_FEED_PRIORITY) -> float:
+    """A CPU job's priority: ``base`` (GPU_FEED_PRIORITY: what a GPU run needs; CHECK_PRIORITY: the rest) plus
+    its estimated seconds, scaled to stay below the next tier (never reaching OPENING_PRIORITY or the next base)."""
+    ceiling = (OPENING_PRIORITY if base == GPU_FEED_PRIORITY else GPU_FEED_PRIORITY) - base
+    return base + ceiling * seconds / (seconds + 100.0)
+
+
 PAIRING_DEFAULTS = {"target_halfwidth": 0.005, "min_rounds": 30, "max_rounds": 400, "aa_shapes": []}
 SUSTAINED_DEFAULTS = {"shapes": [], "min_settle_s": 1.0, "max_settle_s": 5.0}
 
@@ -750,25 +769,34 @@ class Plan:
             sets[unique] = (formats, members)
         return sets
 
+    # ------------------------------------------------------------ what the scheduler runs first (module note above)
+    def input_seconds(self, shape: str) -> float:
+        """An input job's estimated seconds: its operands' elements (M·K + N·K) written once in fp32 and once per
+        format it makes."""
+        M, N, K = parse_shape(shape)
+        return INPUT_S_PER_GELEMENT * (M * K + N * K) * (1 + len(self.input_formats(shape))) / 1e9
+
+    def sweep_compile_seconds(self, entry: str, target: str, tile: str) -> float:
+        """A sweep compile job's estimated seconds: one kernel per shape it builds the tile at."""
+        return KERNEL_COMPILE_S * len(self.sweep_shapes(entry, target, tile))
+
+    def check_compile_seconds(self, entry: str) -> float:
+        """A compile check job's estimated seconds: one kernel per (target, tile, shape) it builds."""
+        return KERNEL_COMPILE_S * sum(len(shapes) for _, _, shapes in self.check_compile_jobs(entry))
+
     def opening_inputs(self) -> set[tuple[str, str]]:
-        """The (distribution, shape) inputs of the GPU run job that can start first, built before the others
-        (inputs.smk's priority): a library peer's run needs no compiled kernel, so the GPU can start as soon as
-        all its shapes' inputs exist. Of those jobs, the one whose largest input job is smallest, an input job's
-        time taken as growing with its operands' elements (M·K + N·K) times the formats it writes, plus one for
-        the fp32 file; none where no GPU platform is planned."""
+        """The (distribution, shape) inputs of the GPU run job that can start first, built before every other
+        CPU job: a library peer's run needs no compiled kernel, so the GPU can start as soon as all its shapes'
+        inputs exist. Of the library peers' sweep jobs, the one whose longest input job is shortest (then the
+        least input work); none where no GPU platform is planned."""
         if not any(p != "cpu" for p in self.run_on):
             return set()
-
-        def size(shape: str) -> int:
-            M, N, K = parse_shape(shape)
-            return (M * K + N * K) * (1 + len(self.input_formats(shape)))
-
         # sweep jobs only: a zoo job has more shapes than a host has cores for at once
         jobs = [(d, self.variant_shapes(e, "gpu")) for e in self.entries if not self.is_tilelang(e)
                 for d in self.variant_dists(e)]
         if not jobs:
             return set()
-        dist, shapes = min(jobs, key=lambda j: (max(map(size, j[1])), sum(map(size, j[1]))))
+        dist, shapes = min(jobs, key=lambda j: (max(map(self.input_seconds, j[1])), sum(map(self.input_seconds, j[1]))))
         return {(dist, s) for s in shapes}
 
     def run_outputs(self, platform: str, entries=None) -> list[str]:

@@ -260,28 +260,6 @@ def prepare_humming(ops: Operands) -> Operands:
     return {HUMMING_LAYER: layer, HUMMING_TUNING: tuning}
 
 
-def warm_humming(problems: list[tuple[int, int, int]]) -> None:
-    """A humming run job's warm-up: the kernel humming's heuristics choose at each (M, N, K) compiled (NVRTC) into
-    its cache, all at once (each compile is a subprocess of its own, under humming's per-kernel file lock), so that
-    each shape's prepare then loads it: one after another they cost a minute of the GPU job's time. On zero
-    operands of each shape; a shape humming refuses is left to its own prepare, which says why."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def compile_one(problem: tuple[int, int, int]) -> None:
-        M, N, K = problem
-        zeros = {"A": torch.zeros(M, K, dtype=torch.bfloat16, device="cuda"),
-                 "B": torch.zeros(N, K // 8, dtype=torch.int32, device="cuda"),
-                 "scales": torch.zeros(N, K // HUMMING_GROUP, dtype=torch.bfloat16, device="cuda")}
-        prepare_humming(zeros)
-
-    todo = [p for p in dict.fromkeys(problems) if humming_shape_limit(*p) is None and p[2] % HUMMING_GROUP == 0]
-    if not todo:
-        return
-    import_humming()  # once, before the threads
-    with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
-        list(pool.map(compile_one, todo))
-
-
 def launch_humming(kernel, ops: Operands) -> torch.Tensor:
     layer, tuning = ops[HUMMING_LAYER], ops[HUMMING_TUNING]  # prepare's layer first, then the stored A
     return layer(ops["A"], tuning_config=tuning)

@@ -61,9 +61,6 @@ class Variant:
     # once per input set, untimed: helper work on the GPU operands (scale products, layout changes)
     # -> extra operands ``launch`` reads; done with the operands, never inside the timed window
     prepare: Callable[[Operands], Operands] | None = None
-    # once per GPU run job, before its first shape, untimed: [(M, N, K) of each of its shapes] -> None; what the
-    # shapes' prepares would otherwise do one after another, done at once (a JIT library's kernel compiles)
-    warm: Callable[[list[tuple[int, int, int]]], None] | None = None
     # TileLang kernel factory (M, N, K, tile) -> PrimFunc; None for a library baseline. It refuses M, N or
     # K <= 0 with a ValueError naming the dimension (kernels.formats.check_gemm_shape)
     kernel: Callable | None = None
@@ -395,7 +392,6 @@ def describe(name: str, plan=None, unplanned: dict[str, str] | None = None) -> l
         part("kernel factory", v.kernel, "none: a library peer, timed through its launch"),
         part("launch", v.launch),
         part("prepare", v.prepare),
-        part("warm-up", v.warm),
         part("emulation", v.emulate),
         part("exact reference", v.exact_reference),
         part("shape limit", v.shape_limit),

@@ -216,8 +216,8 @@ RULE = re.compile(r"^\s*rule\b", re.M)
 
 
 def test_every_rule_with_a_log_records_its_benchmark_beside_it():
-    """benchmark: benchmark_of(<its log>), the same string; the GPU run jobs first (priority 50), what they
-    need next: inputs (30; the first run job's 40), then their kernels (20)."""
+    """benchmark: benchmark_of(<its log>), the same string; the GPU jobs first (priority 50), then what they need,
+    longest first (inputs and sweep compiles), then the compile checks (harness/plan.py longest_first)."""
     priorities = {}
     for smk in sorted((REPO / "workflow/rules").glob("*.smk")):
         text = smk.read_text()
@@ -231,11 +231,11 @@ def test_every_rule_with_a_log_records_its_benchmark_beside_it():
                 continue
             bm = re.search(r"\n\s*benchmark:\s*\n\s*benchmark_of\((.+)\)\n", block)
             assert bm is not None and bm.group(1) == log.group(1), f"{smk.name}: rule {name}"
-            # a number, or a function of the wildcards raising some jobs above the rule's own number
-            prio = re.search(r"\n\s*priority:\s*(?:lambda wc: \d+ if .+ else )?(\d+)", block)
-            priorities[name] = int(prio.group(1)) if prio else 0
+            prio = re.search(r"\n\s*priority:\s*(.+)\n", block)
+            priorities[name] = prio.group(1).strip() if prio else "0"
     assert len(priorities) >= 16, priorities
-    assert {n for n, p in priorities.items() if p == 50} == {
+    assert {n for n, p in priorities.items() if p == "50"} == {
         "run_{_variant}", "run_{_variant}_zoo", "measure_ceilings", "tune_{_variant}"}, priorities
-    assert {n for n, p in priorities.items() if p == 30} == {"build_inputs_{_name}"}, priorities
-    assert {n for n, p in priorities.items() if p == 20} == {"compile_{_variant}_sweep"}, priorities
+    assert priorities["build_inputs_{_name}"] == "input_priority"
+    assert "longest_first(PLAN.sweep_compile_seconds(" in priorities["compile_{_variant}_sweep"]
+    assert priorities["compile_{_variant}"] == "longest_first(PLAN.check_compile_seconds(_variant), CHECK_PRIORITY)"

@@ -201,6 +201,24 @@ def test_the_inputs_built_first_are_those_of_the_library_run_that_can_start_firs
     assert Plan(dict(CONFIG, run_on=["cpu"])).opening_inputs() == set()
 
 
+def test_cpu_jobs_are_ordered_longest_first_below_the_gpu_and_the_first_runs_inputs():
+    from harness.plan import CHECK_PRIORITY, GPU_FEED_PRIORITY, KERNEL_COMPILE_S, OPENING_PRIORITY, longest_first
+
+    plan = Plan(dict(CONFIG, run_on=["h200"]))
+    # the estimates grow with the work: elements and formats of an input, kernels of a compile
+    assert plan.input_seconds("1x28672x8192") > plan.input_seconds("8192x8192x8192") > plan.input_seconds("64x6144x4096")
+    sweeps = [(e, t) for e in plan.entries if plan.is_tilelang(e) for t in plan.sweep_tiles(e, "sm_90a")]
+    assert len({plan.sweep_compile_seconds(e, "sm_90a", t) for e, t in sweeps}) > 3
+    e, t = max(sweeps, key=lambda x: len(plan.sweep_shapes(x[0], "sm_90a", x[1])))
+    assert plan.sweep_compile_seconds(e, "sm_90a", t) == KERNEL_COMPILE_S * len(plan.sweep_shapes(e, "sm_90a", t))
+    # priorities: monotone in the estimate, each tier below the next, the run jobs' 50 above all
+    xs = [0.0, 1.0, 36.0, 120.0, 240.0, 1e6]
+    feed, check = [longest_first(x) for x in xs], [longest_first(x, CHECK_PRIORITY) for x in xs]
+    assert feed == sorted(feed) and check == sorted(check) and len(set(feed)) == len(xs)
+    assert CHECK_PRIORITY <= min(check) and max(check) < GPU_FEED_PRIORITY <= min(feed)
+    assert max(feed) < OPENING_PRIORITY < 50
+
+
 def test_rank_prints_the_models_order(capsys):
     assert selection.main(["rank", "h200", "fp8_e4m3_ws", "16x8192x8192", "--top", "5"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -15,7 +15,8 @@ from harness.jobs import benchmark_of  # noqa: E402
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from harness.plan import (  # noqa: E402
-    ConfigError, Plan, UnplannedTarget, kind, published_points, reference_signature, sweep_record, tune_record, validate)
+    CHECK_PRIORITY, OPENING_PRIORITY, ConfigError, Plan, UnplannedTarget, kind, longest_first, published_points,
+    reference_signature, sweep_record, tune_record, validate)
 from harness.records import failure_lines  # noqa: E402
 from harness.resume import CONFLICTING_TRIGGERS, Inputs, finished, incomplete_outputs, job_key  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
@@ -318,6 +319,11 @@ def report_params(result_dir, label, references):
 
 INPUT_SETS = PLAN.input_sets()
 OPENING_INPUTS = PLAN.opening_inputs()
+
+
+def input_priority(wc):
+    """First the inputs of the run job that can start first, then longest first (harness/plan.py longest_first)."""
+    return OPENING_PRIORITY if (wc.dist, wc.shape) in OPENING_INPUTS else longest_first(PLAN.input_seconds(wc.shape))
 
 
 def published_platform_points(platform):

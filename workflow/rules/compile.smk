@@ -29,6 +29,8 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             artifact_dirs=[f"results/compile/{_variant}/artifacts/{t}/{tile}" for t, tile, _ in check_compile_jobs(_variant)],
         group:
             "cpu_compile"
+        # only the final tables need it: after everything the GPU's runs need, longest first (harness/plan.py)
+        priority: longest_first(PLAN.check_compile_seconds(_variant), CHECK_PRIORITY)
         conda:
             "../../envs/gpu.yaml"
         log:
@@ -52,8 +54,8 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             artifact_dirs=lambda wc, output: [output.artifacts],
         group:
             "cpu_compile"
-        # what a GPU host's run jobs need (run.smk: priority 50)
-        priority: 20
+        # what a GPU host's run jobs need (run.smk: priority 50), beside the inputs, longest first (harness/plan.py)
+        priority: lambda wc, v=_variant: longest_first(PLAN.sweep_compile_seconds(v, wc.target, wc.tile))
         conda:
             "../../envs/gpu.yaml"
         log:

@@ -21,12 +21,12 @@ for _name, (_formats, _shapes) in INPUT_SETS.items():
         params:
             seed=config["seed"],
             formats=list(_formats),
-        # a GPU host's run jobs start as early as possible (run.smk: priority 50), so what they need comes first,
-        # inputs before the kernels (the library peers' runs need nothing else), and first of all the inputs of
-        # the run job that can start first (harness/plan.py opening_inputs). One thread each (the values do
-        # not depend on it): snakemake's scheduler maximises the sum of its jobs' priorities, so a job of more
-        # threads than others of its priority waits until they are all done
-        priority: lambda wc: 40 if (wc.dist, wc.shape) in OPENING_INPUTS else 30
+        # a GPU host's run jobs start as early as possible (run.smk: priority 50), so what they need comes first:
+        # the inputs of the run job that can start first, then the inputs and sweep compiles, longest first
+        # (harness/plan.py). One thread each (the values do not depend on it): snakemake's scheduler maximises
+        # the sum of its jobs' priorities, so a job of more threads than others of its priority waits until
+        # they are all done
+        priority: input_priority
         conda:
             "../../envs/gpu.yaml"
         log:

@@ -106,22 +106,6 @@ def run_shape(shape, fp32, fmt_file, manifest_file, cost):
     return rows, sha, (pair.samples if pair else {})
 
 
-def warm_up() -> float:
-    """The variant's warm-up over all this job's shapes (GPU platforms), and the seconds it took: counted as
-    the first shape's building. Should it fail, each shape's prepare does the same work itself and says why."""
-    if p.arch is None or variant.warm is None:
-        return 0.0
-    began = time.perf_counter()
-    try:
-        with gpu_lock():
-            variant.warm([parse_shape(s) for s in p.shapes])
-    except Exception:
-        traceback.print_exc()
-        print(f"lpgemm: {variant.name}'s warm-up failed (above); each shape prepares on its own", flush=True)
-    return time.perf_counter() - began
-
-
-WARM_S = warm_up()
 written = {}
 for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
                                                      snakemake.input.manifest, snakemake.output, strict=True):
@@ -132,8 +116,6 @@ for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.f
         traceback.print_exc()
         reason = str(e) if isinstance(e, DamagedFile) else error_summary(e)  # a CorruptInput is one
         rows, sha, paired = [{"tile": t, "status": "failed", "reason": reason} for t in tile_names(shape)], {}, {}
-    if not written:
-        cost["build_check_s"] += WARM_S
     M, N, K = parse_shape(shape)
     point = {"platform": wc.platform, "target": p.arch or "cpu", "variant": variant.name, "entry": p.entry, "family": variant.family,
              "dist": wc.dist, "shape": shape, "M": M, "N": N, "K": K, "input_format": variant.input_format,
