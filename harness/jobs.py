@@ -351,8 +351,19 @@ def register_main(workflow) -> None:
         _forward_interrupts()
 
 
-def _descendants(root: int) -> list[tuple[int, int]]:
-    """(pid, process group) of every process below root, from one pass over /proc."""
+# processes this one started that are not part of its job (the warm server a job's process starts belongs to the
+# main snakemake and serves every job; it and its children stop on their own when that snakemake is gone)
+_outside_the_job: list[int] = []
+
+
+def outside_the_job(pid: int) -> None:
+    """``pid``, a process this one started, and all below it are not stopped with this job (``_stop_job_tree``)."""
+    _outside_the_job.append(pid)
+
+
+def _descendants(root: int, exclude: tuple[int, ...] = ()) -> list[tuple[int, int]]:
+    """(pid, process group) of every process below root, those at and below ``exclude`` left out, from one
+    pass over /proc."""
     children: dict[int, list[tuple[int, int]]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit() and (stat := _proc_stat(int(name))) is not None:
@@ -360,8 +371,9 @@ def _descendants(root: int) -> list[tuple[int, int]]:
     found, todo = [], [root]
     while todo:
         for pid, pgid in children.get(todo.pop(), []):
-            found.append((pid, pgid))
-            todo.append(pid)
+            if pid not in exclude:
+                found.append((pid, pgid))
+                todo.append(pid)
     return found
 
 
@@ -567,7 +579,9 @@ def _stop_job_tree(reason: str) -> None:
         os.write(2, f"lpgemm: {reason}; stopping this job and all its subprocesses\n".encode())
     me = os.getpid()
     with contextlib.suppress(OSError):
-        for pid, _ in _descendants(me):  # those that left our group too (a start_new_session child)
+        # those that left our group too (a start_new_session child); not a warm server this process started: its
+        # jobs stop on their own, each saying why in its log, and it ends with its snakemake
+        for pid, _ in _descendants(me, tuple(_outside_the_job)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
     if os.getpgrp() == me:

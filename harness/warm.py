@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from harness.atomic import write_json
-from harness.jobs import _alive, _proc_stat
+from harness.jobs import _alive, _proc_stat, outside_the_job
 
 # "0" turns warm starts off (every job imports everything itself)
 WARM_ENV = "LPGEMM_WARM"
@@ -159,6 +159,7 @@ def _start_server(key: str, main: dict, cache_dir: str) -> socket.socket:
             proc = subprocess.Popen([sys.executable, "-c", boot, str(path), str(main["pid"]), str(main["start"]),
                                      cache_dir], stdin=null, stdout=out, stderr=out, start_new_session=True,
                                     cwd=os.getcwd())
+        outside_the_job(proc.pid)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if (conn := _connect(key)) is not None:
