@@ -251,7 +251,8 @@ def time_paired(calls: dict[str, Callable[[], object]], own: dict[str, set[str] 
             for name, split in per.items():
                 windows[name] = window_kernels(split, own.get(name))
                 times[name] += [t for _, t in split]
-            ratios = {c: paired_ratio(times[ref], times[con]) for c, (ref, con) in comparisons.items()}
+            ratios = {c: paired_ratio(times[ref], times[con], same_within=rule.same_within)
+                      for c, (ref, con) in comparisons.items()}
             stop = rule.done(list(ratios.values()))
         samples = sampler.since(t0)
     state = power.summarize(samples, nvml.default_sm_clock_mhz if nvml else None, nvml_error)

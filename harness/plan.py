@@ -429,7 +429,7 @@ def longest_first(seconds: float, base: int = GPU_FEED_PRIORITY) -> float:
     return base + ceiling * seconds / (seconds + 100.0)
 
 
-PAIRING_DEFAULTS = {"target_halfwidth": 0.005, "min_rounds": 30, "max_rounds": 400, "aa_shapes": []}
+PAIRING_DEFAULTS = {"target_halfwidth": 0.005, "same_within": 0.005, "min_rounds": 30, "max_rounds": 400, "aa_shapes": []}
 SUSTAINED_DEFAULTS = {"shapes": [], "min_settle_s": 1.0, "max_settle_s": 5.0}
 
 

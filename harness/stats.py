@@ -44,11 +44,12 @@ def median_interval_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, 
 @dataclass(frozen=True)
 class Ratio:
     """The median of per-round ratios with its interval; ``verdict`` reads a ratio of a peer's time over
-    the variant's: above 1 the variant is faster."""
+    the variant's: above 1 the variant is faster. ``same_within``: the verdicts' resolution (below)."""
     median: float
     lo: float
     hi: float
     n: int
+    same_within: float = 0.0
 
     @property
     def halfwidth(self) -> float:
@@ -57,14 +58,18 @@ class Ratio:
 
     @property
     def verdict(self) -> str:
-        if self.lo > 1.0:
+        """faster (slower): the interval lies above (below) 1 and the median is more than ``same_within``
+        away from 1; else same. Without the second condition a difference far below what the method resolves
+        (an A/A's order effect of a few 1e-4 at a half-width of 2e-4) would read as a win."""
+        if self.lo > 1.0 and self.median > 1.0 + self.same_within:
             return "faster"
-        if self.hi < 1.0:
+        if self.hi < 1.0 and self.median < 1.0 - self.same_within:
             return "slower"
-        return "same"  # the interval holds 1.0 (or is unbounded)
+        return "same"  # the interval holds 1.0 (or is unbounded), or the difference is below the resolution
 
 
-def paired_ratio(reference_times: Sequence[float], times: Sequence[float], confidence: float = CONFIDENCE) -> Ratio:
+def paired_ratio(reference_times: Sequence[float], times: Sequence[float], confidence: float = CONFIDENCE,
+                 same_within: float = 0.0) -> Ratio:
     """Median and interval of reference_i / times_i over rounds i (both timed in round i, one after the
     other). With the peer as the reference it is the variant's speedup over the peer."""
     if len(reference_times) != len(times):
@@ -76,21 +81,25 @@ def paired_ratio(reference_times: Sequence[float], times: Sequence[float], confi
     ratios = sorted(r / t for r, t in zip(reference_times, times, strict=True))
     ranks = median_interval_ranks(len(ratios), confidence)
     lo, hi = (ratios[ranks[0]], ratios[ranks[1]]) if ranks else (-math.inf, math.inf)
-    return Ratio(statistics.median(ratios), lo, hi, len(ratios))
+    return Ratio(statistics.median(ratios), lo, hi, len(ratios), same_within)
 
 
 @dataclass(frozen=True)
 class StoppingRule:
     """Time more rounds until every ratio's relative half-width is at most ``target_halfwidth`` (and at
     least ``min_rounds`` were timed), or ``max_rounds`` is reached: small kernels get many rounds for
-    little time, large ones stop as soon as they are sure."""
+    little time, large ones stop as soon as they are sure. ``same_within``: the resolution of the ratios'
+    verdicts (``Ratio.verdict``)."""
     target_halfwidth: float = 0.005
     min_rounds: int = 30
     max_rounds: int = 400
+    same_within: float = 0.0
 
     def __post_init__(self):
         if not (0 < self.target_halfwidth < 1):
             raise ValueError(f"target_halfwidth must lie in (0, 1), got {self.target_halfwidth}")
+        if not (0 <= self.same_within < 1):
+            raise ValueError(f"same_within must lie in [0, 1), got {self.same_within}")
         if not (6 <= self.min_rounds <= self.max_rounds):
             raise ValueError(f"need 6 <= min_rounds <= max_rounds, got {self.min_rounds} and {self.max_rounds}")
 

@@ -37,6 +37,22 @@ def test_verdicts_read_the_interval_against_one():
     assert Ratio(1.0, 0.99, 1.01, 40).halfwidth == pytest.approx(0.01)
 
 
+def test_a_difference_below_the_verdicts_resolution_reads_same():
+    # an A/A at a very narrow interval: it misses 1 by a few 1e-4 (an order effect, or chance)
+    aa = Ratio(1.0003, 1.0001, 1.0005, 200, same_within=0.005)
+    assert aa.verdict == "same" and Ratio(1.0003, 1.0001, 1.0005, 200).verdict == "faster"
+    assert Ratio(0.9970, 0.9950, 0.9990, 200, same_within=0.005).verdict == "same"
+    # beyond the resolution the interval decides as before
+    assert Ratio(1.006, 1.001, 1.011, 200, same_within=0.005).verdict == "faster"
+    assert Ratio(0.990, 0.985, 0.995, 200, same_within=0.005).verdict == "slower"
+    assert Ratio(1.02, 0.99, 1.05, 40, same_within=0.005).verdict == "same"  # the interval holds 1
+    # paired_ratio hands the resolution on
+    r = paired_ratio([1.0003] * 40, [1.0] * 40, same_within=0.005)
+    assert r.same_within == 0.005 and r.verdict == "same"
+    with pytest.raises(ValueError, match="same_within"):
+        StoppingRule(same_within=-0.1)
+
+
 def test_paired_ratio_is_the_peer_time_over_the_variant_time_per_round():
     # drift: both slow down together round by round; the ratio of each round stays 1.25
     peer = [1.0 + 0.01 * i for i in range(40)]
@@ -265,7 +281,8 @@ def test_paired_timing_defaults_are_filled_and_inverted_bounds_refused():
     from harness.plan import ConfigError
 
     plan = _plan(pairing={"target_halfwidth": 0.01})
-    assert plan.config["timing"]["pairing"] == {"target_halfwidth": 0.01, "min_rounds": 30, "max_rounds": 400, "aa_shapes": []}
+    assert plan.config["timing"]["pairing"] == {"target_halfwidth": 0.01, "same_within": 0.005, "min_rounds": 30,
+                                                "max_rounds": 400, "aa_shapes": []}
     assert plan.config["timing"]["sustained"]["shapes"]  # config.yaml's headline shapes
     with pytest.raises(ConfigError, match="timing.pairing.min_rounds: 500 is more than max_rounds 400"):
         _plan(pairing={"min_rounds": 500})

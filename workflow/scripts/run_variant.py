@@ -79,7 +79,7 @@ def pairing(shape, manifest_file) -> Pairing | None:
         return [x for role in ("baseline", "second_baseline")
                 if (x := peer(role, p.peers.get(shape, {}).get(role), manifest_file)) is not None]
     pc, sc = p.timing["pairing"], p.timing["sustained"]
-    rule = StoppingRule(pc["target_halfwidth"], pc["min_rounds"], pc["max_rounds"])
+    rule = StoppingRule(pc["target_halfwidth"], pc["min_rounds"], pc["max_rounds"], pc["same_within"])
     sustained = (sc["min_settle_s"], sc["max_settle_s"]) if shape in sc["shapes"] else None
     return Pairing(peers, rule, p.timing["warmup"], p.arch, shape in pc["aa_shapes"], sustained, *NVML)
 
