@@ -411,7 +411,7 @@ def check_tiles(cfg: dict, name: str, impl: str, class_names: list[str]) -> None
 
 
 # The order in which a host's cores take the CPU jobs (Snakemake's rule priorities: inputs.smk, compile.smk).
-# The GPU's jobs come first (run.smk: priority 50), then the inputs of the run job that can start first
+# The GPU's jobs come first (GPU_PRIORITY: run.smk, tune.smk), then the inputs of the run job that can start first
 # (Plan.opening_inputs), then the input builds and sweep compiles, longest first: the GPU runs need both, they
 # take minutes of every core of a GPU host together, and longest-first packs the cores best, leaving short jobs
 # to end the stage. The compile checks of every target, which only the final tables need, come last, also
@@ -420,6 +420,15 @@ def check_tiles(cfg: dict, name: str, impl: str, class_names: list[str]) -> None
 KERNEL_COMPILE_S = 8.0
 INPUT_S_PER_GELEMENT = 30.0
 OPENING_PRIORITY, GPU_FEED_PRIORITY, CHECK_PRIORITY = 45, 20, 0
+# GPU jobs take one GPU each (resource gpu=1), so among them the priority orders the GPU's queue: a library whose
+# prepare compiles per shape (Variant.prepare_compiles) goes when no other GPU job is ready, filling a wait for
+# compiles, or at the end, when the host's cores are free and its compiles quicker
+GPU_PRIORITY = 50
+
+
+def run_priority(variant) -> int:
+    """A run job's priority (``variant``: a kernels.registry.Variant)."""
+    return GPU_PRIORITY - 1 if variant.prepare_compiles else GPU_PRIORITY
 
 
 def longest_first(seconds: float, base: int = GPU_FEED_PRIORITY) -> float:

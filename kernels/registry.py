@@ -94,6 +94,9 @@ class Variant:
     run_refusals: tuple[tuple[str, str], ...] = ()
     # minimum arch (compute capability) for a library baseline to run, e.g. 89 for fp8
     min_cc: int = 0
+    # a library whose prepare compiles its kernels for each shape (a JIT: seconds of CPU per shape while the
+    # GPU waits), so that its GPU job is best run when no other is ready
+    prepare_compiles: bool = False
     # (M, N, K) -> why this shape cannot run (e.g. a library's alignment rule), or None
     shape_limit: Callable[[int, int, int], str | None] | None = None
     # tile -> why this variant's kernel cannot take it, or None; None here: plain tiles only (no

@@ -54,7 +54,7 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             artifact_dirs=lambda wc, output: [output.artifacts],
         group:
             "cpu_compile"
-        # what a GPU host's run jobs need (run.smk: priority 50), beside the inputs, longest first (harness/plan.py)
+        # what a GPU host's run jobs need (harness/plan.py GPU_PRIORITY), beside the inputs, longest first (harness/plan.py)
         priority: lambda wc, v=_variant: longest_first(PLAN.sweep_compile_seconds(v, wc.target, wc.tile))
         conda:
             "../../envs/gpu.yaml"

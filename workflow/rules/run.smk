@@ -28,8 +28,8 @@ for _variant in RUN_VARIANTS:
             **{name: gpu_resource(name) for name in GPU_RESOURCES},
         group:
             "gpu_{platform}"
-        # among ready jobs, a GPU host's serial GPU jobs first (their inputs and sweep compiles: 20)
-        priority: 50
+        # among ready jobs, a GPU host's serial GPU jobs first (their inputs and sweep compiles: 20); harness/plan.py
+        priority: run_priority(impl(_variant))
         conda:
             "../../envs/gpu.yaml"
         log:
@@ -82,7 +82,7 @@ for _variant in [v for v in RUN_VARIANTS if zoo_shapes(v)]:
             **{name: gpu_resource(name) for name in GPU_RESOURCES},
         group:
             "gpu_{platform}"
-        priority: 50
+        priority: run_priority(impl(_variant))
         conda:
             "../../envs/gpu.yaml"
         log:
@@ -107,7 +107,7 @@ rule measure_ceilings:
         **{name: gpu_resource(name) for name in GPU_RESOURCES},
     group:
         "gpu_{platform}"
-    priority: 50
+    priority: GPU_PRIORITY
     conda:
         "../../envs/gpu.yaml"
     log:

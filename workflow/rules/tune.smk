@@ -41,7 +41,7 @@ for _variant in TUNABLE:
             **{name: gpu_resource(name) for name in GPU_RESOURCES},
         group:
             "gpu_{platform}"
-        priority: 50
+        priority: GPU_PRIORITY
         conda:
             "../../envs/gpu.yaml"
         log:
