@@ -204,3 +204,16 @@ def test_forcing_a_finished_job_runs_it_with_its_inputs(tiny_run_copy):
     assert plan.get("emulate_fp8_e4m3") == 1
     proc = snakemake(tiny_run_copy, "--forcerun", "emulate_fp8_e4m3")
     assert _jobs_run(proc).get("emulate_fp8_e4m3") == 1
+
+
+@pytest.mark.workflow
+def test_a_job_killed_mid_way_on_this_host_runs_again_without_a_flag(tiny_run_copy):
+    """A SIGKILL (a time limit's second signal, a lost machine) leaves snakemake's incomplete marker on the
+    job's outputs; the next `snakemake` on the same checkout runs that job again instead of refusing."""
+    record = "results/cpu/fp8_e4m3/normal/" + tiny_config()["sweeps"]["cpu"][0] + ".json"
+    marker = tiny_run_copy / ".snakemake" / "incomplete" / base64.urlsafe_b64encode(record.encode()).decode()
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("{}")
+    assert incomplete_outputs(tiny_run_copy / ".snakemake") == {record}
+    plan = _jobs_run(snakemake(tiny_run_copy, "-n"))
+    assert plan.get("emulate_fp8_e4m3") == 1 and "emulate_cublas_bf16" not in plan
