@@ -75,13 +75,14 @@ def int4_self_checks(launch_fn, M: int, N: int, K: int, device) -> dict[str, boo
 
     extremes_exact: all -8 x all -8, all 7 x all 7, all -8 x all 7 (C = a·b·K everywhere).
     k_order_exact: values that change along K, catching decode orders that differ between A and B;
-    its reference is a float64 matmul on ``device`` (exact: integers below 2^53).
+    its reference is a float64 matmul on ``device`` (exact: integers below 2^53). Every operand is made and
+    packed on ``device``: on the CPU, packing a 28672x8192 weight four times took seconds of the GPU's queue.
     """
     check_int32_accumulation(K)
     ones = torch.ones(1, dtype=torch.float32, device=device)
 
     def matches(a_int: torch.Tensor, b_int: torch.Tensor, expected) -> bool:
-        ops = {"A_packed": pack_int4(a_int).to(device), "B_packed": pack_int4(b_int).to(device)}
+        ops = {"A_packed": pack_int4(a_int), "B_packed": pack_int4(b_int)}
         ops.update(scale_a=ones, scale_b=ones)
         out = launch_fn(ops)
         if out.dtype != torch.int32 or tuple(out.shape) != (M, N):
@@ -91,17 +92,18 @@ def int4_self_checks(launch_fn, M: int, N: int, K: int, device) -> dict[str, boo
         return torch.equal(out.long(), expected)
 
     extremes = all(
-        matches(torch.full((M, K), a, dtype=torch.int8), torch.full((N, K), b, dtype=torch.int8), a * b * K)
+        matches(torch.full((M, K), a, dtype=torch.int8, device=device),
+                torch.full((N, K), b, dtype=torch.int8, device=device), a * b * K)
         for a, b in ((INT4_MIN, INT4_MIN), (INT4_MAX, INT4_MAX), (INT4_MIN, INT4_MAX))
     )
     # int8 arithmetic keeps the pattern at M*K bytes: entries ((c_k + r_m) mod 16) - 8
     def pattern(rows: int, k_step: int, row_step: int) -> torch.Tensor:
-        along_k = ((k_step * torch.arange(K)) % 16).to(torch.int8)
-        along_rows = ((row_step * torch.arange(rows)) % 16).to(torch.int8)
+        along_k = ((k_step * torch.arange(K, device=device)) % 16).to(torch.int8)
+        along_rows = ((row_step * torch.arange(rows, device=device)) % 16).to(torch.int8)
         return (along_k[None, :] + along_rows[:, None]) % 16 - 8
 
     a_pat, b_pat = pattern(M, 5, 1), pattern(N, 3, 2)
-    expected = (a_pat.to(device).double() @ b_pat.to(device).double().T).long()
+    expected = (a_pat.double() @ b_pat.double().T).long()
     return {"extremes_exact": extremes, "k_order_exact": matches(a_pat, b_pat, expected)}
 
 
