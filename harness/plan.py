@@ -412,14 +412,18 @@ def check_tiles(cfg: dict, name: str, impl: str, class_names: list[str]) -> None
 
 # The order in which a host's cores take the CPU jobs (Snakemake's rule priorities: inputs.smk, compile.smk).
 # The GPU's jobs come first (GPU_PRIORITY: run.smk, tune.smk), then the inputs of the run job that can start first
-# (Plan.opening_inputs), then the input builds and sweep compiles, longest first: the GPU runs need both, they
-# take minutes of every core of a GPU host together, and longest-first packs the cores best, leaving short jobs
-# to end the stage. The compile checks of every target, which only the final tables need, come last, also
-# longest first. Estimated seconds (one thread, every core of the H200 host busy: 5-15 s per TileLang kernel;
-# an input job 40 s at 8192³ with its 8 formats) set the order only, never what a job does.
+# (Plan.opening_inputs), then every other input build, then the sweep compiles, then the compile checks of every
+# target, which only the final tables need; within a tier longest first, which packs the cores best and leaves
+# short jobs to end it. Inputs before compiles: every GPU job waits for its inputs (a library peer's for nothing
+# else), a compile gates only its variant's runs. Mixed in one tier (longest first, a compile of many shapes
+# ranking above most inputs), an H100 host's GPU stood idle from 44 s to 272 s of its run waiting for the inputs
+# of the library peers' sweeps while compiles held the cores. Estimated seconds (one thread, every core busy:
+# 5-15 s per TileLang kernel; an input job 40 s at 8192³ with its 8 formats) set the order only, never what a job
+# does.
 KERNEL_COMPILE_S = 8.0
 INPUT_S_PER_GELEMENT = 30.0
-OPENING_PRIORITY, GPU_FEED_PRIORITY, CHECK_PRIORITY = 45, 20, 0
+OPENING_PRIORITY, INPUT_PRIORITY, SWEEP_COMPILE_PRIORITY, CHECK_PRIORITY = 45, 30, 15, 0
+_TIERS = (CHECK_PRIORITY, SWEEP_COMPILE_PRIORITY, INPUT_PRIORITY, OPENING_PRIORITY)
 # GPU jobs take one GPU each (resource gpu=1), so among them the priority orders the GPU's queue: a library whose
 # prepare compiles per shape (Variant.prepare_compiles) goes when no other GPU job is ready, filling a wait for
 # compiles, or at the end, when the host's cores are free and its compiles quicker
@@ -431,10 +435,10 @@ def run_priority(variant) -> int:
     return GPU_PRIORITY - 1 if variant.prepare_compiles else GPU_PRIORITY
 
 
-def longest_first(seconds: float, base: int = GPU_FEED_PRIORITY) -> float:
-    """A CPU job's priority: ``base`` (GPU_FEED_PRIORITY: what a GPU run needs; CHECK_PRIORITY: the rest) plus
-    its estimated seconds, scaled to stay below the next tier (never reaching OPENING_PRIORITY or the next base)."""
-    ceiling = (OPENING_PRIORITY if base == GPU_FEED_PRIORITY else GPU_FEED_PRIORITY) - base
+def longest_first(seconds: float, base: int) -> float:
+    """A CPU job's priority: its tier ``base`` (INPUT_PRIORITY, SWEEP_COMPILE_PRIORITY or CHECK_PRIORITY) plus its
+    estimated seconds, scaled to stay below the next tier up."""
+    ceiling = next(t for t in _TIERS if t > base) - base
     return base + ceiling * seconds / (seconds + 100.0)
 
 

@@ -217,7 +217,7 @@ RULE = re.compile(r"^\s*rule\b", re.M)
 
 def test_every_rule_with_a_log_records_its_benchmark_beside_it():
     """benchmark: benchmark_of(<its log>), the same string; the GPU jobs first (GPU_PRIORITY), then what they need,
-    longest first (inputs and sweep compiles), then the compile checks (harness/plan.py longest_first)."""
+    the inputs, then the sweep compiles, then the compile checks, each longest first (harness/plan.py longest_first)."""
     priorities = {}
     for smk in sorted((REPO / "workflow/rules").glob("*.smk")):
         text = smk.read_text()
@@ -237,12 +237,12 @@ def test_every_rule_with_a_log_records_its_benchmark_beside_it():
     assert {n for n, p in priorities.items() if p == "GPU_PRIORITY"} == {"measure_ceilings", "tune_{_variant}"}, priorities
     assert priorities["run_{_variant}"] == priorities["run_{_variant}_zoo"] == "run_priority(impl(_variant))"
     assert priorities["build_inputs_{_name}"] == "input_priority"
-    assert "longest_first(PLAN.sweep_compile_seconds(" in priorities["compile_{_variant}_sweep"]
+    assert priorities["compile_{_variant}_sweep"] == "sweep_compile_priority(_variant)"
     assert priorities["compile_{_variant}"] == "longest_first(PLAN.check_compile_seconds(_variant), CHECK_PRIORITY)"
 
 
 def test_a_library_that_compiles_per_shape_waits_for_the_other_gpu_jobs():
-    from harness.plan import GPU_FEED_PRIORITY, GPU_PRIORITY, OPENING_PRIORITY, run_priority
+    from harness.plan import GPU_PRIORITY, INPUT_PRIORITY, OPENING_PRIORITY, run_priority
     from kernels.registry import VARIANTS, load_all
 
     load_all()
@@ -250,4 +250,4 @@ def test_a_library_that_compiles_per_shape_waits_for_the_other_gpu_jobs():
     assert compiling == {"humming_w4_int4_g128"}
     assert run_priority(VARIANTS["humming_w4_int4_g128"]) < run_priority(VARIANTS["cublas_bf16"]) == GPU_PRIORITY
     # still above every CPU job's
-    assert run_priority(VARIANTS["humming_w4_int4_g128"]) > OPENING_PRIORITY > GPU_FEED_PRIORITY
+    assert run_priority(VARIANTS["humming_w4_int4_g128"]) > OPENING_PRIORITY > INPUT_PRIORITY

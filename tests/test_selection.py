@@ -202,7 +202,7 @@ def test_the_inputs_built_first_are_those_of_the_library_run_that_can_start_firs
 
 
 def test_cpu_jobs_are_ordered_longest_first_below_the_gpu_and_the_first_runs_inputs():
-    from harness.plan import CHECK_PRIORITY, GPU_FEED_PRIORITY, KERNEL_COMPILE_S, OPENING_PRIORITY, longest_first
+    from harness.plan import CHECK_PRIORITY, INPUT_PRIORITY, KERNEL_COMPILE_S, OPENING_PRIORITY, SWEEP_COMPILE_PRIORITY, longest_first
 
     plan = Plan(dict(CONFIG, run_on=["h200"]))
     # the estimates grow with the work: elements and formats of an input, kernels of a compile
@@ -211,12 +211,15 @@ def test_cpu_jobs_are_ordered_longest_first_below_the_gpu_and_the_first_runs_inp
     assert len({plan.sweep_compile_seconds(e, "sm_90a", t) for e, t in sweeps}) > 3
     e, t = max(sweeps, key=lambda x: len(plan.sweep_shapes(x[0], "sm_90a", x[1])))
     assert plan.sweep_compile_seconds(e, "sm_90a", t) == KERNEL_COMPILE_S * len(plan.sweep_shapes(e, "sm_90a", t))
-    # priorities: monotone in the estimate, each tier below the next, the run jobs' 50 above all
+    # priorities: monotone in the estimate, each tier below the next (checks < compiles < inputs < the opening
+    # inputs), the run jobs' 50 above all: the shortest input ranks above the longest compile
     xs = [0.0, 1.0, 36.0, 120.0, 240.0, 1e6]
-    feed, check = [longest_first(x) for x in xs], [longest_first(x, CHECK_PRIORITY) for x in xs]
-    assert feed == sorted(feed) and check == sorted(check) and len(set(feed)) == len(xs)
-    assert CHECK_PRIORITY <= min(check) and max(check) < GPU_FEED_PRIORITY <= min(feed)
-    assert max(feed) < OPENING_PRIORITY < 50
+    check, comp, inp = ([longest_first(x, tier) for x in xs]
+                        for tier in (CHECK_PRIORITY, SWEEP_COMPILE_PRIORITY, INPUT_PRIORITY))
+    for tier in (check, comp, inp):
+        assert tier == sorted(tier) and len(set(tier)) == len(xs)
+    assert CHECK_PRIORITY <= min(check) and max(check) < SWEEP_COMPILE_PRIORITY <= min(comp)
+    assert max(comp) < INPUT_PRIORITY <= min(inp) and max(inp) < OPENING_PRIORITY < 50
 
 
 def test_rank_prints_the_models_order(capsys):

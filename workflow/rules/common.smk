@@ -15,8 +15,8 @@ from harness.jobs import benchmark_of  # noqa: E402
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from harness.plan import (  # noqa: E402
-    CHECK_PRIORITY, GPU_PRIORITY, OPENING_PRIORITY, ConfigError, Plan, UnplannedTarget, kind, longest_first,
-    published_points, reference_signature, run_priority, sweep_record, tune_record, validate)
+    CHECK_PRIORITY, GPU_PRIORITY, INPUT_PRIORITY, OPENING_PRIORITY, SWEEP_COMPILE_PRIORITY, ConfigError, Plan,
+    UnplannedTarget, kind, longest_first, published_points, reference_signature, run_priority, sweep_record, tune_record, validate)
 from harness.records import failure_lines  # noqa: E402
 from harness.resume import CONFLICTING_TRIGGERS, Inputs, finished, incomplete_outputs, job_key  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
@@ -322,8 +322,16 @@ OPENING_INPUTS = PLAN.opening_inputs()
 
 
 def input_priority(wc):
-    """First the inputs of the run job that can start first, then longest first (harness/plan.py longest_first)."""
-    return OPENING_PRIORITY if (wc.dist, wc.shape) in OPENING_INPUTS else longest_first(PLAN.input_seconds(wc.shape))
+    """First the inputs of the run job that can start first, then the others longest first, all above the compiles
+    (harness/plan.py longest_first)."""
+    if (wc.dist, wc.shape) in OPENING_INPUTS:
+        return OPENING_PRIORITY
+    return longest_first(PLAN.input_seconds(wc.shape), INPUT_PRIORITY)
+
+
+def sweep_compile_priority(variant):
+    """A sweep compile's priority, below every input build: longest first (harness/plan.py longest_first)."""
+    return lambda wc: longest_first(PLAN.sweep_compile_seconds(variant, wc.target, wc.tile), SWEEP_COMPILE_PRIORITY)
 
 
 def published_platform_points(platform):

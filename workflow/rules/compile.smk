@@ -54,8 +54,8 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             artifact_dirs=lambda wc, output: [output.artifacts],
         group:
             "cpu_compile"
-        # what a GPU host's run jobs need (harness/plan.py GPU_PRIORITY), beside the inputs, longest first (harness/plan.py)
-        priority: lambda wc, v=_variant: longest_first(PLAN.sweep_compile_seconds(v, wc.target, wc.tile))
+        # what a GPU host's TileLang run jobs need beside their inputs: after every input build, longest first
+        priority: sweep_compile_priority(_variant)
         conda:
             "../../envs/gpu.yaml"
         log:
