@@ -410,16 +410,16 @@ def check_tiles(cfg: dict, name: str, impl: str, class_names: list[str]) -> None
                     raise ConfigError(f"{where}: {problem}")
 
 
-# The order in which a host's cores take the CPU jobs (Snakemake's rule priorities: inputs.smk, compile.smk).
-# The GPU's jobs come first (GPU_PRIORITY: run.smk, tune.smk), then the inputs of the run job that can start first
+# The order in which a host's cores take the CPU jobs (Snakemake's rule priorities: inputs.smk, compile.smk). The
+# GPU's jobs come first (GPU_PRIORITY: run.smk, tune.smk), then the inputs of the run job that can start first
 # (Plan.opening_inputs), then every other input build, then the sweep compiles, then the compile checks of every
-# target, which only the final tables need; within a tier longest first, which packs the cores best and leaves
-# short jobs to end it. Inputs before compiles: every GPU job waits for its inputs (a library peer's for nothing
-# else), a compile gates only its variant's runs. Mixed in one tier (longest first, a compile of many shapes
-# ranking above most inputs), an H100 host's GPU stood idle from 44 s to 272 s of its run waiting for the inputs
-# of the library peers' sweeps while compiles held the cores. Estimated seconds (one thread, every core busy:
-# 5-15 s per TileLang kernel; an input job 40 s at 8192³ with its 8 formats) set the order only, never what a job
-# does.
+# target, which only the final tables need; within a tier longest first, which packs the cores best and leaves short
+# jobs to end it. Inputs before compiles: every GPU job waits for its inputs (a library peer's for nothing else), a
+# compile gates only its variant's runs. Mixed in one tier (longest first, a compile of many shapes ranking above
+# most inputs), an H100 host's GPU stood idle from 44 s to 272 s of its run waiting for the inputs of the library
+# peers' sweeps while compiles held the cores (that run's job times replayed under either order on 16 cores and its
+# DAG: the report at 989 s one tier, 742 s inputs first). Estimated seconds (one thread, every core busy: 5-15 s per
+# TileLang kernel; an input job 40 s at 8192³ with its 8 formats) set the order only, never what a job does.
 KERNEL_COMPILE_S = 8.0
 INPUT_S_PER_GELEMENT = 30.0
 OPENING_PRIORITY, INPUT_PRIORITY, SWEEP_COMPILE_PRIORITY, CHECK_PRIORITY = 45, 30, 15, 0

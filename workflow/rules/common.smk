@@ -16,7 +16,8 @@ from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from harness.plan import (  # noqa: E402
     CHECK_PRIORITY, GPU_PRIORITY, INPUT_PRIORITY, OPENING_PRIORITY, SWEEP_COMPILE_PRIORITY, ConfigError, Plan,
-    UnplannedTarget, kind, longest_first, published_points, reference_signature, run_priority, sweep_record, tune_record, validate)
+    UnplannedTarget, kind, longest_first, published_points, reference_signature, run_priority, sweep_record,
+    tune_record, validate)
 from harness.records import failure_lines  # noqa: E402
 from harness.resume import CONFLICTING_TRIGGERS, Inputs, finished, incomplete_outputs, job_key  # noqa: E402
 from harness.tables import profile_summary_files  # noqa: E402
