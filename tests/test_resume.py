@@ -141,13 +141,16 @@ def _records(wf: Path) -> dict[str, bytes]:
 def _interrupt_when(wf: Path, marker: str, timeout: float = 300) -> None:
     """Start the whole run and interrupt snakemake (SIGINT, as a time limit does) once ``marker`` exists."""
     env = dict(os.environ, PYTHONPATH=str(wf))
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=wf, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    end = time.monotonic() + timeout
-    while not (wf / marker).exists() and proc.poll() is None and time.monotonic() < end:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) != 0, "the run ended before it could be interrupted"
+    with open(wf.parent / f"{wf.name}-snakemake.log", "w+") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=wf, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        end = time.monotonic() + timeout
+        while not (wf / marker).exists() and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=120)
+        log.seek(0)
+        assert rc != 0, f"the run ended (status {rc}) before it could be interrupted:\n{log.read()[-4000:]}"
 
 
 @pytest.mark.workflow
