@@ -38,6 +38,7 @@ from kernels.peers import (
     launch_humming,
     launch_tinygemm,
     launch_torch_dequant_matmul_w4,
+    precompile_humming,
     prepare_humming,
     prepare_tinygemm,
     tinygemm_shape_limit,
@@ -92,8 +93,8 @@ def emulate_humming(ops: Operands) -> torch.Tensor:
 # column of the TileLang variants (tinygemm is), a peer row of the family on the same weights as int4_sym
 HUMMING = register(
     name="humming_w4_int4_g128", family="dequant", input_format=HUMMING_FORMAT, emulate=emulate_humming,
-    launch=launch_humming, prepare=prepare_humming, prepare_compiles=True, baseline=CUBLAS_BF16.name, min_cc=80,
-    shape_limit=humming_shape_limit,
+    launch=launch_humming, prepare=prepare_humming, prepare_compiles=True, precompile=precompile_humming,
+    baseline=CUBLAS_BF16.name, min_cc=80, shape_limit=humming_shape_limit,
     description="humming-kernels 0.1.20 (HummingLayer, kernel JIT-compiled with NVRTC, heuristic config per M): a "
     "Marlin-class W4A16 GEMM on the codes and bf16 scales of w4_int4_sym_g128, fp32 accumulation, bf16 out",
 )

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -235,29 +236,67 @@ def _with_compiler_errors(e: RuntimeError) -> RuntimeError:
     return RuntimeError(f"humming's JIT compile failed: {' | '.join(errors[:3]) or str(e)} (logs: {logs[1]})")
 
 
+def _humming_layer(B: torch.Tensor, scales: torch.Tensor):
+    """humming's layer on codes and scales of w4_humming_int4_g128, its weight layout made on their device
+    (``transform``)."""
+    N, K = B.shape[0], B.shape[1] * 8
+    humming = import_humming()
+    layer = humming.layer.HummingLayer(
+        shape_n=N, shape_k=K, weight_config={"dtype": "int4", "group_size": HUMMING_GROUP},
+        torch_dtype=torch.bfloat16).to(B.device)
+    layer.load_from_tensors({"weight": B, "weight_scale": scales})
+    layer.transform()
+    return layer
+
+
+def _humming_tuning(layer, M: int) -> str:
+    """The config humming's heuristics choose for M rows on this layer (JSON, as its forward takes it)."""
+    return json.dumps(import_humming().tune.get_heuristics_config(layer.humming_config, shape_m=M))
+
+
 def prepare_humming(ops: Operands) -> Operands:
     """humming's layer on the stored codes and scales, its weight layout made on the GPU (``transform``), and
     the kernel its heuristics choose for this M compiled (NVRTC) by one call: all untimed. The layer and the
     chosen config (JSON, as humming's forward takes it) are what the launch reads."""
     A, B, scales = ops["A"], ops["B"], ops["scales"]
-    (M, K), N = A.shape, B.shape[0]
-    humming = import_humming()
+    import_humming()  # first: a host without it is told so, whatever the operands
     if not A.is_cuda:
         raise RuntimeError(f"humming runs on the GPU only; the operands are on {A.device}")
     try:
-        layer = humming.layer.HummingLayer(
-            shape_n=N, shape_k=K, weight_config={"dtype": "int4", "group_size": HUMMING_GROUP},
-            torch_dtype=torch.bfloat16).to(A.device)
-        layer.load_from_tensors({"weight": B, "weight_scale": scales})
-        layer.transform()
-        tuning = json.dumps(humming.tune.get_heuristics_config(layer.humming_config, shape_m=M))
-        layer(A, tuning_config=tuning)  # compiles the kernel, and checks that it runs
+        layer = _humming_layer(B, scales)
+        tuning = _humming_tuning(layer, A.shape[0])
+        layer(A, tuning_config=tuning)  # compiles the kernel (unless precompile_humming did), checks that it runs
         torch.cuda.synchronize()
     except RuntimeError as e:
         if (explained := _with_compiler_errors(e)) is e:
             raise  # as it is (an out-of-memory error stays one)
         raise explained from e
     return {HUMMING_LAYER: layer, HUMMING_TUNING: tuning}
+
+
+def precompile_humming(shapes: list[tuple[int, int, int]]) -> None:
+    """Compile, all at once on the host's cores, the kernels humming's heuristics choose at these shapes
+    (M, N, K), which ``prepare_humming`` would otherwise compile one shape after another (NVRTC, seconds each,
+    while the GPU job waits). Each (N, K) gets a layer on zero codes and scales for its config (humming's
+    config follows from the shape and format, not the values); the cubins land in humming's caches, where
+    each shape's prepare then finds them. A warm-up only: prepare compiles, and reports, whatever this does
+    not. On the current CUDA device."""
+    import_humming()  # its caches set before any of it is imported
+    from humming.kernel.humming import HummingKernel
+
+    by_weight: dict[tuple[int, int], list[int]] = {}
+    for M, N, K in shapes:
+        by_weight.setdefault((N, K), []).append(M)
+    device = torch.device("cuda", torch.cuda.current_device())
+    wanted = set()
+    for (N, K), rows in by_weight.items():
+        layer = _humming_layer(torch.zeros(N, K // 8, dtype=torch.int32, device=device),
+                               torch.zeros(N, K // HUMMING_GROUP, dtype=torch.bfloat16, device=device))
+        wanted |= {(layer.humming_config.to_str(), _humming_tuning(layer, M)) for M in rows}
+        del layer
+    with ThreadPoolExecutor(max_workers=max(1, min(len(wanted), os.cpu_count() or 1))) as pool:
+        # the same call and arguments as humming's forward makes (its kernel cache is keyed by them)
+        list(pool.map(lambda w: HummingKernel.prepare_kernels(w[0], None, w[1], device), sorted(wanted)))
 
 
 def launch_humming(kernel, ops: Operands) -> torch.Tensor:

@@ -97,6 +97,9 @@ class Variant:
     # a library whose prepare compiles its kernels for each shape (a JIT: seconds of CPU per shape while the
     # GPU waits), so that its GPU job is best run when no other is ready
     prepare_compiles: bool = False
+    # such a library's compiles made ahead for all of a job's shapes (M, N, K) at once, on the host's cores: a
+    # warm-up of the library's own caches (untimed), after which prepare finds what it would have compiled
+    precompile: Callable[[list[tuple[int, int, int]]], None] | None = None
     # (M, N, K) -> why this shape cannot run (e.g. a library's alignment rule), or None
     shape_limit: Callable[[int, int, int], str | None] | None = None
     # tile -> why this variant's kernel cannot take it, or None; None here: plain tiles only (no

@@ -145,6 +145,14 @@ def test_a_host_without_humming_gets_a_failed_row_saying_so(monkeypatch, humming
         peers.launch_humming(None, ops)
 
 
+def test_compiling_ahead_without_humming_says_so_as_prepare_does(monkeypatch, humming_dirs):
+    # run_variant.py prints this and goes on: each shape's prepare then fails its rows with the same reason
+    monkeypatch.setitem(sys.modules, "humming", None)
+    assert VARIANTS[NAME].precompile is peers.precompile_humming and VARIANTS[NAME].prepare_compiles
+    with pytest.raises(RuntimeError, match=r"^humming-kernels is not installed on this host"):
+        peers.precompile_humming([(16, 192, 512)])
+
+
 def test_a_broken_install_names_the_missing_module(monkeypatch, humming_dirs):
     monkeypatch.setitem(sys.modules, "humming", types.ModuleType("humming"))  # not a package: no humming.layer
     with pytest.raises(RuntimeError, match=r"^humming-kernels cannot be imported, a module it needs is missing: "
@@ -215,3 +223,17 @@ def test_on_the_gpu_humming_multiplies_int4_syms_weights_as_the_emulation_does(s
     # a few bf16 roundings apart: stream-K adds partial sums in the bf16 output (H200: up to 0.0066 of the largest)
     emulated = VARIANTS[NAME].emulate(ops).float()
     assert (out.float().cpu() - emulated).abs().max() <= 2 ** -6 * emulated.abs().max()
+
+
+@pytest.mark.skipif(bool(_humming_on_gpu()), reason=f"needs a GPU with humming-kernels: {_humming_on_gpu()}")
+def test_on_the_gpu_after_compiling_ahead_prepare_compiles_nothing(humming_dirs):
+    shapes = [(2, 384, 1024), (24, 384, 1024), (48, 640, 2048), (200, 1280, 4096)]  # none compiled before here
+    cubins = humming_dirs / "cache"
+    peers.precompile_humming(shapes)
+    ahead = sorted(cubins.rglob("kernel.cubin"))
+    assert ahead
+    for M, N, K in shapes:
+        ops, _ = _both(M=M, N=N, K=K)
+        dev = {k: t.cuda() for k, t in ops.items()}
+        peers.prepare_humming(dev)
+    assert sorted(cubins.rglob("kernel.cubin")) == ahead  # each shape's kernel was there already

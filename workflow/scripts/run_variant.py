@@ -106,7 +106,23 @@ def run_shape(shape, fp32, fmt_file, manifest_file, cost):
     return rows, sha, (pair.samples if pair else {})
 
 
-written = {}
+def precompile() -> float:
+    """The variant's compiles for every shape of this job made at once (Variant.precompile: a library that
+    compiles per shape in its prepare), before the first shape; its seconds, which go to the first shape's
+    building. A warm-up only: a shape's prepare compiles, and reports, whatever it missed."""
+    if p.arch is None or variant.precompile is None:
+        return 0.0
+    limit = variant.shape_limit or (lambda M, N, K: None)
+    began = time.perf_counter()
+    try:
+        with gpu_lock():
+            variant.precompile([s for s in map(parse_shape, p.shapes) if limit(*s) is None])
+    except Exception as e:
+        print(f"{variant.name}: compiling ahead failed, each shape compiles its own: {error_summary(e)}", flush=True)
+    return time.perf_counter() - began
+
+
+written, precompile_s = {}, precompile()
 for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.fp32, snakemake.input.formats,
                                                      snakemake.input.manifest, snakemake.output, strict=True):
     cost, started = {"load_s": 0.0, "build_check_s": 0.0, "standalone_s": 0.0, "paired_s": 0.0}, time.time()
@@ -116,6 +132,7 @@ for shape, fp32, fmt_file, manifest_file, out in zip(p.shapes, snakemake.input.f
         traceback.print_exc()
         reason = str(e) if isinstance(e, DamagedFile) else error_summary(e)  # a CorruptInput is one
         rows, sha, paired = [{"tile": t, "status": "failed", "reason": reason} for t in tile_names(shape)], {}, {}
+    cost["build_check_s"], precompile_s = cost["build_check_s"] + precompile_s, 0.0
     M, N, K = parse_shape(shape)
     point = {"platform": wc.platform, "target": p.arch or "cpu", "variant": variant.name, "entry": p.entry, "family": variant.family,
              "dist": wc.dist, "shape": shape, "M": M, "N": N, "K": K, "input_format": variant.input_format,
