@@ -7,6 +7,7 @@ error names the offending config key. Everything planned is a function of the co
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -410,20 +411,24 @@ def check_tiles(cfg: dict, name: str, impl: str, class_names: list[str]) -> None
                     raise ConfigError(f"{where}: {problem}")
 
 
-# The order in which a host's cores take the CPU jobs (Snakemake's rule priorities: inputs.smk, compile.smk). The
-# GPU's jobs come first (GPU_PRIORITY: run.smk, tune.smk), then the inputs of the run job that can start first
-# (Plan.opening_inputs), then every other input build, then the sweep compiles, then the compile checks of every
-# target, which only the final tables need; within a tier longest first, which packs the cores best and leaves short
-# jobs to end it. Inputs before compiles: every GPU job waits for its inputs (a library peer's for nothing else), a
-# compile gates only its variant's runs. Mixed in one tier (longest first, a compile of many shapes ranking above
-# most inputs), an H100 host's GPU stood idle from 44 s to 272 s of its run waiting for the inputs of the library
-# peers' sweeps while compiles held the cores (that run's job times replayed under either order on 16 cores and its
-# DAG: the report at 989 s one tier, 742 s inputs first). Estimated seconds (one thread, every core busy: 5-15 s per
-# TileLang kernel; an input job 40 s at 8192³ with its 8 formats) set the order only, never what a job does.
+# The order in which a host's cores take the CPU jobs (Snakemake's rule priorities: inputs.smk, compile.smk), from
+# the GPU's queue: the GPU's jobs come first (GPU_PRIORITY: run.smk, tune.smk); the GPU run jobs are queued greedily,
+# next the one whose CPU jobs (input builds, and a TileLang variant's sweep compiles) not already queued have the
+# fewest estimated seconds (Plan.gpu_queue: the library peers, which need inputs only, come first, cheapest first);
+# each input build and sweep compile takes the place of the first queued run job that needs it (QUEUED tier, earlier
+# places higher, longest first within a place); CPU jobs no planned GPU job needs (a CPU-only run's inputs) follow,
+# then the compile checks of every target, which only the final tables need, each longest first, which packs the
+# cores best and leaves short jobs to end a tier. So the GPU's next job is ready as soon as the cores can make it:
+# an H100 host's run (1836053, default config) with every input before every compile, each tier longest first, left
+# its GPU idle 30 s waiting for the first library job's inputs, then 54 s while the cores built the inputs of the
+# W4A16 shapes before those of the next library jobs; its job times replayed under its DAG on 16 cores: the report
+# at 560 s that way, 506 s in the GPU's queue order (GPU idle 85 s -> 31 s). Estimated seconds (one thread, every
+# core busy: 5-15 s per TileLang kernel; an input job 40 s at 8192³ with its 8 formats) set the order only, never
+# what a job does.
 KERNEL_COMPILE_S = 8.0
 INPUT_S_PER_GELEMENT = 30.0
-OPENING_PRIORITY, INPUT_PRIORITY, SWEEP_COMPILE_PRIORITY, CHECK_PRIORITY = 45, 30, 15, 0
-_TIERS = (CHECK_PRIORITY, SWEEP_COMPILE_PRIORITY, INPUT_PRIORITY, OPENING_PRIORITY)
+CHECK_PRIORITY, UNQUEUED_PRIORITY, QUEUED_PRIORITY, QUEUED_TOP = 0, 15, 20, 45
+_TIERS = (CHECK_PRIORITY, UNQUEUED_PRIORITY, QUEUED_PRIORITY, QUEUED_TOP)
 # GPU jobs take one GPU each (resource gpu=1), so among them the priority orders the GPU's queue: a library whose
 # prepare compiles per shape (Variant.prepare_compiles) goes when no other GPU job is ready, filling a wait for
 # compiles, or at the end, when the host's cores are free and its compiles quicker
@@ -436,10 +441,17 @@ def run_priority(variant) -> int:
 
 
 def longest_first(seconds: float, base: int) -> float:
-    """A CPU job's priority: its tier ``base`` (INPUT_PRIORITY, SWEEP_COMPILE_PRIORITY or CHECK_PRIORITY) plus its
-    estimated seconds, scaled to stay below the next tier up."""
+    """A CPU job's priority: its tier ``base`` (UNQUEUED_PRIORITY or CHECK_PRIORITY) plus its estimated seconds,
+    scaled to stay below the next tier up."""
     ceiling = next(t for t in _TIERS if t > base) - base
     return base + ceiling * seconds / (seconds + 100.0)
+
+
+def queued_priority(place: int, places: int, seconds: float) -> float:
+    """The priority of a CPU job the ``place``-th (from 0) of ``places`` queued GPU run jobs is the first to need:
+    earlier places higher, all within the QUEUED tier, longest first within a place."""
+    step = (QUEUED_TOP - QUEUED_PRIORITY) / places
+    return QUEUED_TOP - step * (place + 1) + 0.5 * step * seconds / (seconds + 100.0)
 
 
 PAIRING_DEFAULTS = {"target_halfwidth": 0.005, "same_within": 0.005, "min_rounds": 30, "max_rounds": 400, "aa_shapes": []}
@@ -797,20 +809,47 @@ class Plan:
         """A compile check job's estimated seconds: one kernel per (target, tile, shape) it builds."""
         return KERNEL_COMPILE_S * sum(len(shapes) for _, _, shapes in self.check_compile_jobs(entry))
 
-    def opening_inputs(self) -> set[tuple[str, str]]:
-        """The (distribution, shape) inputs of the GPU run job that can start first, built before every other
-        CPU job: a library peer's run needs no compiled kernel, so the GPU can start as soon as all its shapes'
-        inputs exist. Of the library peers' sweep jobs, the one whose longest input job is shortest (then the
-        least input work); none where no GPU platform is planned."""
-        if not any(p != "cpu" for p in self.run_on):
-            return set()
-        # sweep jobs only: a zoo job has more shapes than a host has cores for at once
-        jobs = [(d, self.variant_shapes(e, "gpu")) for e in self.entries if not self.is_tilelang(e)
-                for d in self.variant_dists(e)]
-        if not jobs:
-            return set()
-        dist, shapes = min(jobs, key=lambda j: (max(map(self.input_seconds, j[1])), sum(map(self.input_seconds, j[1]))))
-        return {(dist, s) for s in shapes}
+    @functools.cached_property
+    def gpu_queue(self) -> list[frozenset]:
+        """The planned GPU run jobs in the order their CPU jobs are queued (module note above), each as the set of
+        CPU jobs it needs: ("inputs", dist, shape) and ("sweep", entry, arch, tile). Greedy: next the job whose
+        CPU jobs not yet queued have the fewest estimated seconds (ties: config order). Empty where no GPU
+        platform is planned."""
+        runs = []
+        for platform in self.run_on:
+            arch = self.run_arch(platform)
+            if arch is None:
+                continue
+            for e in self.entries:
+                compiles = {("sweep", e, arch, t) for t in self.sweep_tiles(e, arch)} if self.is_tilelang(e) else set()
+                sets = [(d, self.variant_shapes(e, "gpu")) for d in self.variant_dists(e)]
+                sets += [(d, self.zoo_shapes(e)) for d in self.zoo_dists(e) if self.zoo_shapes(e)]
+                runs += [frozenset({("inputs", d, s) for s in shapes} | compiles) for d, shapes in sets]
+
+        seconds = {job: self.input_seconds(job[2]) if job[0] == "inputs" else self.sweep_compile_seconds(*job[1:])
+                   for job in set().union(*runs)}
+        queue, queued = [], set()
+        while runs:
+            best = min(range(len(runs)), key=lambda i: sum(seconds[j] for j in runs[i] - queued))
+            queue.append(runs.pop(best))
+            queued |= queue[-1]
+        return queue
+
+    @functools.cached_property
+    def _queue_places(self) -> dict[tuple, int]:
+        places = {}
+        for place, needs in enumerate(self.gpu_queue):
+            for job in needs:
+                places.setdefault(job, place)
+        return places
+
+    def cpu_priority(self, job: tuple, seconds: float) -> float:
+        """An input build's ("inputs", dist, shape) or sweep compile's ("sweep", entry, arch, tile) priority: by the
+        place of the first queued GPU run job that needs it (``queued_priority``), else longest first below them."""
+        place = self._queue_places.get(job)
+        if place is None:
+            return longest_first(seconds, UNQUEUED_PRIORITY)
+        return queued_priority(place, len(self.gpu_queue), seconds)
 
     def run_outputs(self, platform: str, entries=None) -> list[str]:
         """Every run file of a platform (of ``entries``): each entry's sweep, and on a GPU platform its zoo."""

@@ -217,7 +217,7 @@ RULE = re.compile(r"^\s*rule\b", re.M)
 
 def test_every_rule_with_a_log_records_its_benchmark_beside_it():
     """benchmark: benchmark_of(<its log>), the same string; the GPU jobs first (GPU_PRIORITY), then what they need,
-    the inputs, then the sweep compiles, then the compile checks, each longest first (harness/plan.py longest_first)."""
+    inputs and sweep compiles in the GPU's queue order, then the compile checks, longest first (harness/plan.py)."""
     priorities = {}
     for smk in sorted((REPO / "workflow/rules").glob("*.smk")):
         text = smk.read_text()
@@ -242,7 +242,7 @@ def test_every_rule_with_a_log_records_its_benchmark_beside_it():
 
 
 def test_a_library_that_compiles_per_shape_waits_for_the_other_gpu_jobs():
-    from harness.plan import GPU_PRIORITY, INPUT_PRIORITY, OPENING_PRIORITY, run_priority
+    from harness.plan import GPU_PRIORITY, QUEUED_TOP, run_priority
     from kernels.registry import VARIANTS, load_all
 
     load_all()
@@ -250,4 +250,4 @@ def test_a_library_that_compiles_per_shape_waits_for_the_other_gpu_jobs():
     assert compiling == {"humming_w4_int4_g128"}
     assert run_priority(VARIANTS["humming_w4_int4_g128"]) < run_priority(VARIANTS["cublas_bf16"]) == GPU_PRIORITY
     # still above every CPU job's
-    assert run_priority(VARIANTS["humming_w4_int4_g128"]) > OPENING_PRIORITY > INPUT_PRIORITY
+    assert run_priority(VARIANTS["humming_w4_int4_g128"]) > QUEUED_TOP

@@ -188,21 +188,37 @@ def test_the_zoo_is_planned_for_its_entries_and_their_peers_at_its_distributions
         validate(cfg, check_shapes=False)
 
 
-def test_the_inputs_built_first_are_those_of_the_library_run_that_can_start_first():
+def test_the_gpus_queue_takes_next_the_run_job_whose_cpu_jobs_left_are_cheapest():
     plan = Plan(dict(CONFIG, run_on=["h200"]))
-    opening = plan.opening_inputs()
-    dists = {d for d, _ in opening}
-    assert len(dists) == 1 and opening
-    # exactly the shapes of one library peer's sweep run job at that distribution
-    peers = [e for e in plan.entries if not plan.is_tilelang(e) and dists <= set(plan.variant_dists(e))]
-    assert {s for _, s in opening} in [set(plan.variant_shapes(e, "gpu")) for e in peers]
-    # of those jobs, none has a smaller largest input (the W4 shapes' many formats make theirs the largest)
-    assert not any("28672" in s for _, s in opening)
-    assert Plan(dict(CONFIG, run_on=["cpu"])).opening_inputs() == set()
+    queue = plan.gpu_queue
+    # every planned GPU run job once: each entry's sweep per distribution, and its zoo
+    runs = sum(len(plan.variant_dists(e)) + (len(plan.zoo_dists(e)) if plan.zoo_shapes(e) else 0) for e in plan.entries)
+    assert len(queue) == runs
+
+    def seconds(job):
+        return plan.input_seconds(job[2]) if job[0] == "inputs" else plan.sweep_compile_seconds(*job[1:])
+    queued = set()
+    for place, needs in enumerate(queue):  # greedy: no later job needed less of what was not yet queued
+        cost = sum(seconds(j) for j in needs - queued)
+        assert all(cost <= sum(seconds(j) for j in later - queued) for later in queue[place + 1:]), place
+        queued |= needs
+    # the library peers need inputs only, so they open the queue; the W4A16 shapes' many formats come later
+    assert all(job[0] == "inputs" for job in queue[0])
+    assert not any("28672" in job[2] for job in queue[0])
+    assert {("sweep", "fp8_e4m3_ws", "sm_90a", t) for t in plan.sweep_tiles("fp8_e4m3_ws", "sm_90a")} <= set().union(*queue)
+    assert Plan(dict(CONFIG, run_on=["cpu"])).gpu_queue == []
 
 
-def test_cpu_jobs_are_ordered_longest_first_below_the_gpu_and_the_first_runs_inputs():
-    from harness.plan import CHECK_PRIORITY, INPUT_PRIORITY, KERNEL_COMPILE_S, OPENING_PRIORITY, SWEEP_COMPILE_PRIORITY, longest_first
+def test_cpu_jobs_go_in_the_gpus_queue_order_then_longest_first_below_the_gpu():
+    from harness.plan import (
+        CHECK_PRIORITY,
+        KERNEL_COMPILE_S,
+        QUEUED_PRIORITY,
+        QUEUED_TOP,
+        UNQUEUED_PRIORITY,
+        longest_first,
+        queued_priority,
+    )
 
     plan = Plan(dict(CONFIG, run_on=["h200"]))
     # the estimates grow with the work: elements and formats of an input, kernels of a compile
@@ -211,15 +227,25 @@ def test_cpu_jobs_are_ordered_longest_first_below_the_gpu_and_the_first_runs_inp
     assert len({plan.sweep_compile_seconds(e, "sm_90a", t) for e, t in sweeps}) > 3
     e, t = max(sweeps, key=lambda x: len(plan.sweep_shapes(x[0], "sm_90a", x[1])))
     assert plan.sweep_compile_seconds(e, "sm_90a", t) == KERNEL_COMPILE_S * len(plan.sweep_shapes(e, "sm_90a", t))
-    # priorities: monotone in the estimate, each tier below the next (checks < compiles < inputs < the opening
-    # inputs), the run jobs' 50 above all: the shortest input ranks above the longest compile
+    # within a place longest first; an earlier place above a later one whatever the seconds; all queued jobs above
+    # the unqueued, those above the checks, and every one below the GPU jobs (the humming run's 49 included)
     xs = [0.0, 1.0, 36.0, 120.0, 240.0, 1e6]
-    check, comp, inp = ([longest_first(x, tier) for x in xs]
-                        for tier in (CHECK_PRIORITY, SWEEP_COMPILE_PRIORITY, INPUT_PRIORITY))
-    for tier in (check, comp, inp):
-        assert tier == sorted(tier) and len(set(tier)) == len(xs)
-    assert CHECK_PRIORITY <= min(check) and max(check) < SWEEP_COMPILE_PRIORITY <= min(comp)
-    assert max(comp) < INPUT_PRIORITY <= min(inp) and max(inp) < OPENING_PRIORITY < 50
+    n = len(plan.gpu_queue)
+    places = [[queued_priority(place, n, x) for x in xs] for place in range(n)]
+    for row in places:
+        assert row == sorted(row) and len(set(row)) == len(xs)
+    assert all(min(a) > max(b) for a, b in zip(places[:-1], places[1:], strict=True))
+    check, unqueued = ([longest_first(x, tier) for x in xs] for tier in (CHECK_PRIORITY, UNQUEUED_PRIORITY))
+    assert CHECK_PRIORITY <= min(check) and max(check) < UNQUEUED_PRIORITY <= min(unqueued)
+    assert max(unqueued) < QUEUED_PRIORITY <= min(places[-1]) and max(places[0]) < QUEUED_TOP < 49
+    # a job takes the place of the first queued run job that needs it
+    first = sorted(plan.gpu_queue[0])[0]
+    assert plan.cpu_priority(first, 5.0) == queued_priority(0, n, 5.0)
+    place, job = max((next(i for i, q in enumerate(plan.gpu_queue) if j in q), j) for j in set().union(*plan.gpu_queue))
+    assert place > 0 and job not in plan.gpu_queue[0]
+    assert plan.cpu_priority(job, 5.0) == queued_priority(place, n, 5.0) < plan.cpu_priority(first, 5.0)
+    cpu = Plan(dict(CONFIG, run_on=["cpu"]))
+    assert cpu.cpu_priority(("inputs", "normal", "64x6144x4096"), 7.0) == longest_first(7.0, UNQUEUED_PRIORITY)
 
 
 def test_rank_prints_the_models_order(capsys):

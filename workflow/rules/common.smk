@@ -15,7 +15,7 @@ from harness.jobs import benchmark_of  # noqa: E402
 from harness.deps import import_closure  # noqa: E402
 from harness.device import detect_gpu, matching_platforms  # noqa: E402
 from harness.plan import (  # noqa: E402
-    CHECK_PRIORITY, GPU_PRIORITY, INPUT_PRIORITY, OPENING_PRIORITY, SWEEP_COMPILE_PRIORITY, ConfigError, Plan,
+    CHECK_PRIORITY, GPU_PRIORITY, ConfigError, Plan,
     UnplannedTarget, kind, longest_first, published_points, reference_signature, run_priority, sweep_record,
     tune_record, validate)
 from harness.records import failure_lines  # noqa: E402
@@ -319,20 +319,17 @@ def report_params(result_dir, label, references):
 
 
 INPUT_SETS = PLAN.input_sets()
-OPENING_INPUTS = PLAN.opening_inputs()
-
-
 def input_priority(wc):
-    """First the inputs of the run job that can start first, then the others longest first, all above the compiles
-    (harness/plan.py longest_first)."""
-    if (wc.dist, wc.shape) in OPENING_INPUTS:
-        return OPENING_PRIORITY
-    return longest_first(PLAN.input_seconds(wc.shape), INPUT_PRIORITY)
+    """An input build's place among the CPU jobs: by the first GPU run job in the GPU's queue that needs it
+    (harness/plan.py Plan.cpu_priority)."""
+    return PLAN.cpu_priority(("inputs", wc.dist, wc.shape), PLAN.input_seconds(wc.shape))
 
 
 def sweep_compile_priority(variant):
-    """A sweep compile's priority, below every input build: longest first (harness/plan.py longest_first)."""
-    return lambda wc: longest_first(PLAN.sweep_compile_seconds(variant, wc.target, wc.tile), SWEEP_COMPILE_PRIORITY)
+    """A sweep compile's place among the CPU jobs: by the first GPU run job in the GPU's queue that needs it
+    (harness/plan.py Plan.cpu_priority)."""
+    return lambda wc: PLAN.cpu_priority(("sweep", variant, wc.target, wc.tile),
+                                        PLAN.sweep_compile_seconds(variant, wc.target, wc.tile))
 
 
 def published_platform_points(platform):

@@ -54,7 +54,7 @@ for _variant in [v for v in RUN_VARIANTS if is_tilelang(v)]:
             artifact_dirs=lambda wc, output: [output.artifacts],
         group:
             "cpu_compile"
-        # what a GPU host's TileLang run jobs need beside their inputs: after every input build, longest first
+        # what a GPU host's TileLang run jobs need beside their inputs: in the GPU's queue order (harness/plan.py)
         priority: sweep_compile_priority(_variant)
         conda:
             "../../envs/gpu.yaml"

@@ -21,9 +21,8 @@ for _name, (_formats, _shapes) in INPUT_SETS.items():
         params:
             seed=config["seed"],
             formats=list(_formats),
-        # a GPU host's run jobs start as early as possible (harness/plan.py GPU_PRIORITY), so what they need comes first:
-        # the inputs of the run job that can start first, then the inputs and sweep compiles, longest first
-        # (harness/plan.py). One thread each (the values do not depend on it): snakemake's scheduler maximises
+        # a GPU host's run jobs start as early as possible (harness/plan.py GPU_PRIORITY), so what they need comes first,
+        # in the order the GPU's queue needs it (harness/plan.py Plan.gpu_queue). One thread each (the values do not depend on it): snakemake's scheduler maximises
         # the sum of its jobs' priorities, so a job of more threads than others of its priority waits until
         # they are all done
         priority: input_priority
