@@ -277,9 +277,10 @@ def prepare_humming(ops: Operands) -> Operands:
 def precompile_humming(shapes: list[tuple[int, int, int]]) -> None:
     """Compile, all at once on the host's cores, the kernels humming's heuristics choose at these shapes
     (M, N, K), which ``prepare_humming`` would otherwise compile one shape after another (NVRTC, seconds each,
-    while the GPU job waits). Each (N, K) gets a layer on zero codes and scales for its config (humming's
-    config follows from the shape and format, not the values); the cubins land in humming's caches, where
-    each shape's prepare then finds them. A warm-up only: prepare compiles, and reports, whatever this does
+    while the GPU job waits). Each (N, K) gets a layer on weights of value 0 (code 8) and unit scales for its
+    config; the cubins land in humming's caches, where each shape's prepare then finds them. (humming reads the
+    codes: where none is 0, i.e. -8, as in every w4_int4_sym_g128 weight, it takes them as sign and magnitude,
+    float4e0m3, another kernel; all-zero words would give uint4.) A warm-up only: prepare compiles, and reports, whatever this does
     not. On the current CUDA device."""
     import_humming()  # its caches set before any of it is imported
     from humming.kernel.humming import HummingKernel
@@ -290,8 +291,8 @@ def precompile_humming(shapes: list[tuple[int, int, int]]) -> None:
     device = torch.device("cuda", torch.cuda.current_device())
     wanted = set()
     for (N, K), rows in by_weight.items():
-        layer = _humming_layer(torch.zeros(N, K // 8, dtype=torch.int32, device=device),
-                               torch.zeros(N, K // HUMMING_GROUP, dtype=torch.bfloat16, device=device))
+        eights = torch.full((N, K // 8), -0x77777778, dtype=torch.int32, device=device)  # 0x88888888: code 8 x 8
+        layer = _humming_layer(eights, torch.ones(N, K // HUMMING_GROUP, dtype=torch.bfloat16, device=device))
         wanted |= {(layer.humming_config.to_str(), _humming_tuning(layer, M)) for M in rows}
         del layer
     with ThreadPoolExecutor(max_workers=max(1, min(len(wanted), os.cpu_count() or 1))) as pool:
