@@ -319,6 +319,8 @@ def report_params(result_dir, label, references):
 
 
 INPUT_SETS = PLAN.input_sets()
+
+
 def input_priority(wc):
     """An input build's place among the CPU jobs: by the first GPU run job in the GPU's queue that needs it
     (harness/plan.py Plan.cpu_priority)."""
