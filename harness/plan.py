@@ -809,6 +809,11 @@ class Plan:
         """A compile check job's estimated seconds: one kernel per (target, tile, shape) it builds."""
         return KERNEL_COMPILE_S * sum(len(shapes) for _, _, shapes in self.check_compile_jobs(entry))
 
+    def cpu_job_seconds(self, job: tuple) -> float:
+        """The estimated seconds of an input build ("inputs", dist, shape) or sweep compile ("sweep", entry, arch,
+        tile)."""
+        return self.input_seconds(job[2]) if job[0] == "inputs" else self.sweep_compile_seconds(*job[1:])
+
     @functools.cached_property
     def gpu_queue(self) -> list[frozenset]:
         """The planned GPU run jobs in the order their CPU jobs are queued (module note above), each as the set of
@@ -826,8 +831,7 @@ class Plan:
                 sets += [(d, self.zoo_shapes(e)) for d in self.zoo_dists(e) if self.zoo_shapes(e)]
                 runs += [frozenset({("inputs", d, s) for s in shapes} | compiles) for d, shapes in sets]
 
-        seconds = {job: self.input_seconds(job[2]) if job[0] == "inputs" else self.sweep_compile_seconds(*job[1:])
-                   for job in set().union(*runs)}
+        seconds = {job: self.cpu_job_seconds(job) for job in set().union(*runs)}
         queue, queued = [], set()
         while runs:
             best = min(range(len(runs)), key=lambda i: sum(seconds[j] for j in runs[i] - queued))

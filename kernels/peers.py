@@ -280,8 +280,8 @@ def precompile_humming(shapes: list[tuple[int, int, int]]) -> None:
     while the GPU job waits). Each (N, K) gets a layer on weights of value 0 (code 8) and unit scales for its
     config; the cubins land in humming's caches, where each shape's prepare then finds them. (humming reads the
     codes: where none is 0, i.e. -8, as in every w4_int4_sym_g128 weight, it takes them as sign and magnitude,
-    float4e0m3, another kernel; all-zero words would give uint4.) A warm-up only: prepare compiles, and reports, whatever this does
-    not. On the current CUDA device."""
+    float4e0m3, another kernel; all-zero words would give uint4.) A warm-up only: prepare compiles, and reports,
+    whatever this does not. On the current CUDA device."""
     import_humming()  # its caches set before any of it is imported
     from humming.kernel.humming import HummingKernel
 

@@ -195,8 +195,7 @@ def test_the_gpus_queue_takes_next_the_run_job_whose_cpu_jobs_left_are_cheapest(
     runs = sum(len(plan.variant_dists(e)) + (len(plan.zoo_dists(e)) if plan.zoo_shapes(e) else 0) for e in plan.entries)
     assert len(queue) == runs
 
-    def seconds(job):
-        return plan.input_seconds(job[2]) if job[0] == "inputs" else plan.sweep_compile_seconds(*job[1:])
+    seconds = plan.cpu_job_seconds
     queued = set()
     for place, needs in enumerate(queue):  # greedy: no later job needed less of what was not yet queued
         cost = sum(seconds(j) for j in needs - queued)

@@ -324,14 +324,17 @@ INPUT_SETS = PLAN.input_sets()
 def input_priority(wc):
     """An input build's place among the CPU jobs: by the first GPU run job in the GPU's queue that needs it
     (harness/plan.py Plan.cpu_priority)."""
-    return PLAN.cpu_priority(("inputs", wc.dist, wc.shape), PLAN.input_seconds(wc.shape))
+    job = ("inputs", wc.dist, wc.shape)
+    return PLAN.cpu_priority(job, PLAN.cpu_job_seconds(job))
 
 
 def sweep_compile_priority(variant):
     """A sweep compile's place among the CPU jobs: by the first GPU run job in the GPU's queue that needs it
     (harness/plan.py Plan.cpu_priority)."""
-    return lambda wc: PLAN.cpu_priority(("sweep", variant, wc.target, wc.tile),
-                                        PLAN.sweep_compile_seconds(variant, wc.target, wc.tile))
+    def priority(wc):
+        job = ("sweep", variant, wc.target, wc.tile)
+        return PLAN.cpu_priority(job, PLAN.cpu_job_seconds(job))
+    return priority
 
 
 def published_platform_points(platform):

@@ -21,10 +21,10 @@ for _name, (_formats, _shapes) in INPUT_SETS.items():
         params:
             seed=config["seed"],
             formats=list(_formats),
-        # a GPU host's run jobs start as early as possible (harness/plan.py GPU_PRIORITY), so what they need comes first,
-        # in the order the GPU's queue needs it (harness/plan.py Plan.gpu_queue). One thread each (the values do not depend on it): snakemake's scheduler maximises
-        # the sum of its jobs' priorities, so a job of more threads than others of its priority waits until
-        # they are all done
+        # a GPU host's run jobs start as early as possible (harness/plan.py GPU_PRIORITY), so what they need comes
+        # first, in the order the GPU's queue needs it (harness/plan.py Plan.gpu_queue). One thread each (the values
+        # do not depend on it): snakemake's scheduler maximises the sum of its jobs' priorities, so a job of more
+        # threads than others of its priority waits until they are all done
         priority: input_priority
         conda:
             "../../envs/gpu.yaml"
