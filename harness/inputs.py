@@ -222,50 +222,47 @@ def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-# A file's sha256 is computed once on a host, when it is written (or first read), and kept on the file itself as
-# an extended attribute with the size and modification time it had then: a later reader whose file still has
-# that size and time takes the recorded hash instead of reading gigabytes again. Replacing the file (a
-# rebuild writes a new one) or changing it moves those, and a copy does not carry the attribute; where the
+# A file's sha256 is computed once on a host, when it is written, and kept on the file itself as an extended
+# attribute with the size and modification time it had then: a later reader whose file still has that size
+# and time takes the recorded hash instead of reading gigabytes again. Snakemake touches every output when its
+# job ends (dag.check_and_touch_output), so the time recorded at writing is stale before anyone reads the file:
+# a touch sets the access and modification times to one same instant, where writing moves the modification
+# time alone, so a file of the recorded size whose two times are equal and not older than the recorded one
+# was touched, not changed, and its record is renewed. Replacing the file (a rebuild writes a new one) or
+# writing to it makes the next reader hash it whole, a copy does not carry the attribute, and where the
 # filesystem keeps no attributes every read hashes the file, as before.
 _VERIFIED_XATTR = "user.lpgemm.sha256"
 
 
-def _stat_stamp(path: str | os.PathLike) -> str:
-    st = os.stat(path)
+def _stat_stamp(st: os.stat_result) -> str:
     return f"{st.st_size} {st.st_mtime_ns}"
 
 
 def remember_sha256(path: str | os.PathLike, sha: str) -> None:
     """Record on ``path`` that its bytes, as they are now, hash to ``sha`` (skipped where not supported)."""
     with contextlib.suppress(OSError, AttributeError):
-        os.setxattr(path, _VERIFIED_XATTR, f"{sha} {_stat_stamp(path)}".encode())
+        os.setxattr(path, _VERIFIED_XATTR, f"{sha} {_stat_stamp(os.stat(path))}".encode())
 
 
-def _recorded(path: str | os.PathLike) -> tuple[str, str] | None:
-    """(sha256, the size and time the file had then) as recorded on ``path``, None if nothing is."""
-    try:
-        sha, stamp = os.getxattr(path, _VERIFIED_XATTR).decode().split(" ", 1)
-    except (OSError, AttributeError, ValueError):
-        return None
-    return sha, stamp
+def _only_touched(st: os.stat_result, stamp: str) -> bool:
+    """Whether a file whose stat is ``st`` was at most touched since it had ``stamp`` (see above)."""
+    size, mtime_ns = (int(x) for x in stamp.split(" "))
+    return st.st_size == size and st.st_atime_ns == st.st_mtime_ns >= mtime_ns
 
 
 def recorded_sha256(path: str | os.PathLike) -> str | None:
-    """The sha256 recorded on ``path`` while it still has the size and time it had then, else None."""
-    got = _recorded(path)
+    """The sha256 recorded on ``path`` while its bytes are still those hashed then (see above), else None."""
     try:
-        return got[0] if got is not None and got[1] == _stat_stamp(path) else None
-    except OSError:
-        return None
-
-
-def changed_since_hashed(path: str | os.PathLike) -> bool:
-    """Whether ``path`` was hashed on this host and has changed since (False where it never was, or is gone)."""
-    got = _recorded(path)
-    try:
-        return got is not None and got[1] != _stat_stamp(path)
-    except OSError:
-        return False
+        sha, stamp = os.getxattr(path, _VERIFIED_XATTR).decode().split(" ", 1)
+        st = os.stat(path)
+        if _stat_stamp(st) == stamp:
+            return sha
+        if _only_touched(st, stamp):
+            remember_sha256(path, sha)
+            return sha
+    except (OSError, AttributeError, ValueError):
+        pass
+    return None
 
 
 def verified_file_sha256(path: str | os.PathLike) -> str:

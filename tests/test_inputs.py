@@ -305,6 +305,30 @@ def test_flipped_byte_in_the_middle_is_caught(saved):
     _assert_names_file_and_fix(err, path)
 
 
+def test_a_file_is_hashed_once_on_a_host_even_after_snakemake_touches_it(saved, monkeypatch):
+    """The build job records the hash on the file; snakemake then touches its outputs (atime = mtime = now).
+    A reader takes the recorded hash without reading the file; a write since makes it hash the file again."""
+    path, man, fsha, _ = saved
+    if inputs.verified_file_sha256(path) != fsha or inputs.recorded_sha256(path) != fsha:
+        pytest.skip("this filesystem keeps no extended attributes")
+    st = path.stat()
+    later = st.st_mtime_ns + 5_000_000_000
+    os.utime(path, ns=(later, later))  # what snakemake's touch does when the job ends
+    hashed = []
+    monkeypatch.setattr(inputs, "file_sha256", lambda p, *a, **k: hashed.append(p) or fsha)
+    assert inputs.verified_file_sha256(path) == fsha and hashed == []
+    assert load_operands(path, man, expected_file_sha256=fsha) and hashed == []
+    monkeypatch.undo()
+
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 1))  # set back: a copy of older times, not a touch
+    assert inputs.recorded_sha256(path) is None
+    inputs.remember_sha256(path, fsha)
+    _flip(path, path.stat().st_size // 2)  # written in place, same size: the times differ
+    assert inputs.recorded_sha256(path) is None
+    with pytest.raises(CorruptInput, match="does not match the recorded " + fsha):
+        load_operands(path, man, expected_file_sha256=fsha)
+
+
 def test_flipped_byte_in_the_pickle_is_unreadable_not_a_weights_only_puzzle(saved):
     path, man, _, _ = saved
     _flip(path, path.read_bytes().index(b"_rebuild_tensor") + 3)
