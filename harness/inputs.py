@@ -223,46 +223,74 @@ def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
 
 
 # A file's sha256 is computed once on a host, when it is written, and kept on the file itself as an extended
-# attribute with the size and modification time it had then: a later reader whose file still has that size
-# and time takes the recorded hash instead of reading gigabytes again. Snakemake touches every output when its
-# job ends (dag.check_and_touch_output), so the time recorded at writing is stale before anyone reads the file:
-# a touch sets the access and modification times to one same instant, where writing moves the modification
-# time alone, so a file of the recorded size whose two times are equal and not older than the recorded one
-# was touched, not changed, and its record is renewed. Replacing the file (a rebuild writes a new one) or
-# writing to it makes the next reader hash it whole, a copy does not carry the attribute, and where the
-# filesystem keeps no attributes every read hashes the file, as before.
+# attribute with the size and modification time it had then and the sha256 of a sample of its bytes: a later
+# reader whose file still has that size and time takes the recorded hash instead of reading gigabytes again.
+# Snakemake touches every output when its job ends (dag.check_and_touch_output), so the time recorded at
+# writing is stale before anyone reads the file. A touch sets the access and modification times to one same
+# instant, where writing moves the modification time alone; a file of the recorded size whose two times are
+# equal, not older than the recorded one, and whose sample is unchanged was touched, and its record is renewed
+# (the sample catches a read and a write within one tick of the file clock, which look like a touch). Replacing
+# the file (a rebuild writes a new one) or writing to it makes the next reader hash it whole, a copy does not
+# carry the attribute, and where the filesystem keeps no attributes every read hashes the file, as before.
 _VERIFIED_XATTR = "user.lpgemm.sha256"
+_SAMPLE_BLOCKS, _SAMPLE_BLOCK = 16, 1 << 16
 
 
-def _stat_stamp(st: os.stat_result) -> str:
-    return f"{st.st_size} {st.st_mtime_ns}"
+def _sample_sha256(path: str | os.PathLike, size: int) -> str:
+    """sha256 of 16 blocks of 64 KiB spread evenly over the file, first and last included (all of a smaller one)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if size <= _SAMPLE_BLOCKS * _SAMPLE_BLOCK:
+            h.update(f.read())
+        else:
+            step = (size - _SAMPLE_BLOCK) / (_SAMPLE_BLOCKS - 1)
+            for i in range(_SAMPLE_BLOCKS):
+                f.seek(round(i * step))
+                h.update(f.read(_SAMPLE_BLOCK))
+    return h.hexdigest()
+
+
+def _set_record(path: str | os.PathLike, sha: str, st: os.stat_result, sample: str) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        os.setxattr(path, _VERIFIED_XATTR, f"{sha} {st.st_size} {st.st_mtime_ns} {sample}".encode())
 
 
 def remember_sha256(path: str | os.PathLike, sha: str) -> None:
     """Record on ``path`` that its bytes, as they are now, hash to ``sha`` (skipped where not supported)."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setxattr(path, _VERIFIED_XATTR, f"{sha} {_stat_stamp(os.stat(path))}".encode())
+    with contextlib.suppress(OSError):
+        st = os.stat(path)
+        _set_record(path, sha, st, _sample_sha256(path, st.st_size))
 
 
-def _only_touched(st: os.stat_result, stamp: str) -> bool:
-    """Whether a file whose stat is ``st`` was at most touched since it had ``stamp`` (see above)."""
-    size, mtime_ns = (int(x) for x in stamp.split(" "))
-    return st.st_size == size and st.st_atime_ns == st.st_mtime_ns >= mtime_ns
+def _record_holds(path: str | os.PathLike) -> tuple[str, bool] | None:
+    """(the sha256 recorded on ``path``, whether its bytes are still those hashed then), None where nothing is
+    recorded; a touched file's record is renewed (see above)."""
+    try:
+        sha, size, mtime_ns, *sample = os.getxattr(path, _VERIFIED_XATTR).decode().split(" ")
+        st = os.stat(path)  # before the sample is read, which may move the access time
+        if st.st_size != int(size):
+            return sha, False
+        if st.st_mtime_ns == int(mtime_ns):
+            return sha, True
+        touched = (len(sample) == 1 and st.st_atime_ns == st.st_mtime_ns >= int(mtime_ns)
+                   and _sample_sha256(path, st.st_size) == sample[0])
+    except (OSError, AttributeError, ValueError):
+        return None
+    if touched:
+        _set_record(path, sha, st, sample[0])
+    return sha, touched
 
 
 def recorded_sha256(path: str | os.PathLike) -> str | None:
     """The sha256 recorded on ``path`` while its bytes are still those hashed then (see above), else None."""
-    try:
-        sha, stamp = os.getxattr(path, _VERIFIED_XATTR).decode().split(" ", 1)
-        st = os.stat(path)
-        if _stat_stamp(st) == stamp:
-            return sha
-        if _only_touched(st, stamp):
-            remember_sha256(path, sha)
-            return sha
-    except (OSError, AttributeError, ValueError):
-        pass
-    return None
+    held = _record_holds(path)
+    return held[0] if held is not None and held[1] else None
+
+
+def changed_since_hashed(path: str | os.PathLike) -> bool:
+    """Whether ``path`` was hashed on this host and has changed since (False where it never was, or is gone)."""
+    held = _record_holds(path)
+    return held is not None and not held[1]
 
 
 def verified_file_sha256(path: str | os.PathLike) -> str:

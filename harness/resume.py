@@ -26,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
+from harness.inputs import changed_since_hashed
 from harness.records import RUN, DamagedFile, read_json
 
 # the snakemake options this needs off: `input` (the set of input files changed) and `code` (the script
@@ -83,25 +84,27 @@ def incomplete_outputs(snakemake_dir: str | os.PathLike = ".snakemake") -> set[s
 
 
 class Inputs(NamedTuple):
-    """One record's inputs: its shape's manifest and the format it reads."""
+    """One record's inputs: its shape's manifest, the format it reads, and its data files."""
 
     manifest: str
     fmt: str
+    files: tuple[str, ...]
 
 
 def inputs_still_measured(record: dict, inputs: Inputs) -> bool:
-    """Whether the inputs this host would read are those the record measured: their manifest, where this host
-    has built it, names the tensors the record's ``input_sha256`` names. Inputs this host has not built (a
-    fresh host) cannot contradict the record, and neither can a data file damaged here since: the record
-    measured the tensors the manifest names, and a job that still reads the file verifies it first."""
-    if not Path(inputs.manifest).exists():
-        return True
-    try:
-        manifest = read_json(inputs.manifest)
-        tensors = manifest["formats"][inputs.fmt]["tensors"]
-        return {k: v["sha256"] for k, v in tensors.items()} == record["point"].get("input_sha256")
-    except (DamagedFile, KeyError, TypeError, AttributeError):
-        return False
+    """Whether the inputs present on this host are still those the record measured: their manifest names the
+    tensors the record's ``input_sha256`` names, and no data file changed since this host hashed it
+    (harness/inputs.py keeps that hash on the file). Inputs this host has not built (a fresh host) cannot
+    contradict the record."""
+    if Path(inputs.manifest).exists():
+        try:
+            manifest = read_json(inputs.manifest)
+            tensors = manifest["formats"][inputs.fmt]["tensors"]
+            if {k: v["sha256"] for k, v in tensors.items()} != record["point"].get("input_sha256"):
+                return False
+        except (DamagedFile, KeyError, TypeError, AttributeError):
+            return False
+    return not any(changed_since_hashed(f) for f in inputs.files)
 
 
 def finished(outputs: Iterable[str], key: str, incomplete: set[str], inputs: Iterable[Inputs] | None = None) -> bool:

@@ -320,13 +320,32 @@ def test_a_file_is_hashed_once_on_a_host_even_after_snakemake_touches_it(saved, 
     assert load_operands(path, man, expected_file_sha256=fsha) and hashed == []
     monkeypatch.undo()
 
+    mid = st.st_size // 2
+    flipped = bytes([path.read_bytes()[mid] ^ 0x20])
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 1))  # set back: a copy of older times, not a touch
     assert inputs.recorded_sha256(path) is None
     inputs.remember_sha256(path, fsha)
-    _flip(path, path.stat().st_size // 2)  # written in place, same size: the times differ
+    with open(path, "r+b") as f:  # written in place, same size: the modification time alone moves
+        f.seek(mid)
+        f.write(flipped)
     assert inputs.recorded_sha256(path) is None
+    now = path.stat().st_mtime_ns
+    os.utime(path, ns=(now, now))  # a read and a write within one tick of the file clock look like a touch
+    assert inputs.recorded_sha256(path) is None  # the sample (here the whole file) tells them apart
     with pytest.raises(CorruptInput, match="does not match the recorded " + fsha):
         load_operands(path, man, expected_file_sha256=fsha)
+
+
+def test_the_sample_of_a_large_file_holds_its_first_and_last_blocks(tmp_path):
+    big = tmp_path / "big.bin"
+    data = bytearray(os.urandom(4 << 20))
+    big.write_bytes(bytes(data))
+    sample = inputs._sample_sha256(big, len(data))
+    for offset in (0, len(data) - 1):
+        changed = bytearray(data)
+        changed[offset] ^= 1
+        big.write_bytes(bytes(changed))
+        assert inputs._sample_sha256(big, len(data)) != sample, offset
 
 
 def test_flipped_byte_in_the_pickle_is_unreadable_not_a_weights_only_puzzle(saved):

@@ -58,14 +58,25 @@ def test_finished_needs_every_record_whole_with_the_key_and_not_incomplete(tmp_p
 
 
 def test_finished_records_are_not_contradicted_by_the_inputs_this_host_holds(tmp_path):
-    """A record stands where its inputs are absent (a fresh host); where this host built them, their manifest
-    must name the tensors the record measured."""
+    """A record stands where its inputs are absent (a fresh host); where they are here, their manifest must
+    name the tensors the record measured, and no data file may have changed since this host hashed it."""
+    from harness.inputs import remember_sha256
+
     out = _record(tmp_path / "r.json", "k", sha={"A": "a", "B": "b"})
-    manifest = tmp_path / "in" / "manifest.json"
-    ins = [Inputs(str(manifest), "fp8")]
+    manifest, data = tmp_path / "in" / "manifest.json", tmp_path / "in" / "fmt.pt"
+    ins = [Inputs(str(manifest), "fp8", (str(data),))]
     assert finished([str(out)], "k", set(), ins)  # nothing here to contradict it
     manifest.parent.mkdir()
     manifest.write_text(json.dumps({"formats": {"fp8": {"tensors": {"A": {"sha256": "a"}, "B": {"sha256": "b"}}}}}))
+    data.write_bytes(b"12345678")
+    remember_sha256(data, "whatever")  # as the input job does when it writes the file
+    assert finished([str(out)], "k", set(), ins)
+    later = data.stat().st_mtime_ns + 5_000_000_000
+    os.utime(data, ns=(later, later))  # touched by snakemake when its job ended: not a change
+    assert finished([str(out)], "k", set(), ins)
+    data.write_bytes(b"12345679")  # changed in place since it was hashed here
+    assert not finished([str(out)], "k", set(), ins)
+    remember_sha256(data, "rebuilt")
     assert finished([str(out)], "k", set(), ins)
     manifest.write_text(json.dumps({"formats": {"fp8": {"tensors": {"A": {"sha256": "other"}, "B": {"sha256": "b"}}}}}))
     assert not finished([str(out)], "k", set(), ins)  # other inputs than the record measured

@@ -224,7 +224,8 @@ def run_is_finished(rule_name, variant, kind, zoo, wc):
     if not ok or forced(rule_name, outputs):
         return False
     fmt = impl(variant).input_format
-    inputs = [Inputs(input_files(wc.dist, s, fmt)[2], fmt) for s in shapes]
+    inputs = [Inputs(manifest, fmt, (fp32, fmt_file))
+              for fp32, fmt_file, manifest in (input_files(wc.dist, s, fmt) for s in shapes)]
     return finished(outputs, run_key(variant, kind, zoo)(wc), incomplete, inputs)
 
 
