@@ -50,7 +50,9 @@ class Constants:
     - ``held_stages``: ring stages the consumers hold, not in flight (a warp-specialized consumer: two, one
       wgmma batch retiring and one running; fewer where a kernel has a second, deeper ring, as int4_ws's
       packed one);
-    - ``launch_us``: launch and tail, once per call."""
+    - ``launch_us``: launch and tail, once per call;
+    - ``decode_Gps``: weights one SM decodes per second, in G (a kernel that decodes its weight in registers:
+      the W4A16 kernels; about 5 instructions per pair of weights at 128 lanes per clock)."""
 
     mma_eff: float = 0.80
     n_half: float = 12.0
@@ -62,9 +64,30 @@ class Constants:
     kblock_us: float = 0.05
     held_stages: float = 2.0
     launch_us: float = 4.0
+    decode_Gps: float = 100.0
 
     FITTED = ("mma_eff", "n_half", "one_consumer", "latency_us", "sm_GBps", "tile_us", "hbm_eff", "kblock_us",
               "held_stages")
+    # a kernel of resident CTAs (``TileSpace.ctas_per_sm``: the W4A16 kernels) has no 64-row consumer rate but
+    # a decode rate
+    FITTED_RESIDENT = ("mma_eff", "n_half", "latency_us", "sm_GBps", "tile_us", "hbm_eff", "kblock_us",
+                       "held_stages", "decode_Gps")
+
+
+def resident(variant: Variant) -> bool:
+    """Whether a variant's kernel runs resident CTAs (``TileSpace.ctas_per_sm``), modelled by ``predict_resident_us``."""
+    return variant.tile_space is not None and variant.tile_space.ctas_per_sm is not None
+
+
+def fitted_constants(variant: Variant) -> tuple[str, ...]:
+    """The constants ``calibrate`` fits for a variant: those its kernel's model reads."""
+    return Constants.FITTED_RESIDENT if resident(variant) else Constants.FITTED
+
+
+def default_constants(variant: Variant) -> Constants:
+    """A variant's constants before any fit: the physical defaults, where a kernel of resident CTAs holds one
+    ring stage (every thread waits for the stage it works on; no consumer warpgroup holds a second)."""
+    return Constants(held_stages=1.0) if resident(variant) else Constants()
 
 
 @dataclass(frozen=True)
@@ -84,7 +107,7 @@ class PlatformModel:
         return cls(slug, spec["arch"], spec["sms"], dict(spec["peak"]), spec["hbm_TBps"], fitted)
 
     def of(self, variant: Variant) -> Constants:
-        return self.constants.get(variant.name, Constants())
+        return self.constants.get(variant.name) or default_constants(variant)
 
 
 def predict_us(variant: Variant, M: int, N: int, K: int, tile: Tile, platform: PlatformModel,
@@ -93,6 +116,8 @@ def predict_us(variant: Variant, M: int, N: int, K: int, tile: Tile, platform: P
     loop bounded by the tensor rate, the SM's load bandwidth or the ring's latency, and at least the
     unique bytes at HBM speed."""
     c = c or platform.of(variant)
+    if resident(variant):
+        return predict_resident_us(variant, M, N, K, tile, platform, c)
     a_bytes, b_bytes, c_bytes = bytes_per_element(variant.name)
     if tile.swap_ab:
         M, N, a_bytes, b_bytes = N, M, b_bytes, a_bytes
@@ -115,6 +140,38 @@ def predict_us(variant: Variant, M: int, N: int, K: int, tile: Tile, platform: P
     unique = M * K * a_bytes + N * K * b_bytes + M * N * c_bytes
     dram = unique / (platform.hbm_TBps * 1e12 * c.hbm_eff)
     return (_soft_max(waves * t_tile, dram) + c.launch_us * 1e-6) * 1e6
+
+
+def predict_resident_us(variant: Variant, M: int, N: int, K: int, tile: Tile, platform: PlatformModel,
+                        c: Constants) -> float:
+    """Predicted time of one call of a kernel of resident CTAs (``TileSpace.ctas_per_sm``; the W4A16 kernels),
+    in µs. One CTA per output tile and K split; an SM holds ``ctas_per_sm`` of them, which share its tensor
+    cores, decoders and load bandwidth. Within a CTA a K block's decode and ``wgmma`` run in series (the wgmma
+    waits), beside the ring's loads: its cost is the soft maximum of decode + mma, the load and the ring's
+    latency. The slowest SM runs ``waves`` rounds of its CTAs; the whole is at least the unique bytes at HBM
+    speed. Here the tile's rows of A are the wgmma's N, so narrow wgmma lose by ``block_M/(block_M + n_half)``."""
+    from kernels.smem import kernel_smem_bytes
+
+    a_bytes, b_bytes, c_bytes = bytes_per_element(variant.name)
+    bM, bN, bK, split = tile.block_M, tile.block_N, tile.block_K, tile.split_k
+    ctas = ceil_div(M, bM) * ceil_div(N, bN) * split
+    per_sm = variant.tile_space.ctas_per_sm(tile, kernel_smem_bytes(variant.kernel, tile))
+    waves = ceil_div(ctas, platform.sms * per_sm)
+    sharing = min(per_sm, ceil_div(ctas, platform.sms))  # CTAs on the busiest SM at once
+    busy = min(ctas, platform.sms)
+    peak = (platform.peak.get(variant.precision) or 1.0) * 1e12 / platform.sms / sharing
+    t_mma = 2.0 * bM * bN * bK / (peak * c.mma_eff * bM / (bM + c.n_half))
+    t_decode = bN * bK / (c.decode_Gps * 1e9 / sharing)
+    bandwidth = min(c.sm_GBps * 1e9, platform.hbm_TBps * 1e12 * c.hbm_eff * 4 / busy) / sharing
+    t_load = (bM * bK * a_bytes + bN * bK * b_bytes) / bandwidth
+    t_latency = c.latency_us * 1e-6 / max(tile.num_stages - c.held_stages, 0.25)
+    t_k = _soft_max(t_decode + t_mma, t_load, t_latency) + c.kblock_us * 1e-6
+    # the output block, and a split's partial sums gathered by its first CTA
+    t_out = (bM * bN * c_bytes + (split - 1) * bM * bN * 4) / bandwidth
+    t_cta = K // (bK * split) * t_k + c.tile_us * 1e-6 + t_out
+    unique = M * K * a_bytes + N * K * b_bytes + M * N * c_bytes
+    dram = unique / (platform.hbm_TBps * 1e12 * c.hbm_eff)
+    return (_soft_max(waves * t_cta, dram) + c.launch_us * 1e-6) * 1e6
 
 
 def _soft_max(*times: float, p: float = 4.0) -> float:
@@ -162,8 +219,8 @@ def calibrate(variant: Variant, points: list[tuple[int, int, int, Tile, float]],
     Returns the constants and the fit's quality: median and worst |log error| before and after."""
     import torch
 
-    base = Constants()
-    names = Constants.FITTED
+    base = default_constants(variant)
+    names = fitted_constants(variant)
     x0 = torch.tensor([math.log(getattr(base, n)) for n in names], dtype=torch.float64)
     x = x0.clone().requires_grad_(True)
     measured = torch.tensor([math.log(p[4]) for p in points], dtype=torch.float64)
@@ -438,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("calibrate")
     c.add_argument("platform")
     c.add_argument("--steps", type=int, default=300, help="optimizer steps per variant")
+    c.add_argument("--variants", nargs="+", metavar="VARIANT",
+                   help="fit only these; every other variant keeps its committed constants")
     r = sub.add_parser("rank")
     r.add_argument("platform")
     r.add_argument("variant")
@@ -457,7 +516,15 @@ def main(argv: list[str] | None = None) -> int:
     model = PlatformModel.from_config(args.platform, spec)
     out = {"platform": args.platform, "constants": {}, "fit": {},
            "how": "harness.selection.calibrate on the timed tiles of results/published/<platform>/tidy.csv and tuning/"}
+    if args.variants:
+        for name in args.variants:
+            get_variant(name)  # an unknown name is refused, with the known ones
+        kept = load_calibration(args.platform) or {}
+        for part in ("constants", "fit"):
+            out[part] = {n: c for n, c in kept.get(part, {}).items() if n not in args.variants}
     for name, v in sorted(VARIANTS.items()):
+        if args.variants and name not in args.variants:
+            continue
         points = calibration_points(data, name) if v.tile_space is not None else []
         if v.tile_space is not None and v.tile_space.persistent:  # spilled accumulators are ranked out, not modelled
             points = [p for p in points if register_problem(p[3]) is None]
@@ -466,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         constants, quality = calibrate(v, points, model, steps=args.steps)
         out["constants"][name], out["fit"][name] = to_json(constants), quality
         print(name, quality)
+    out["constants"], out["fit"] = dict(sorted(out["constants"].items())), dict(sorted(out["fit"].items()))
     write_json(calibration_path(args.platform), out)
     return 0
 

@@ -31,7 +31,13 @@ from kernels.dequant_formats import (
     humming_as_int4_sym,
     tinygemm_weight,
 )
-from kernels.dequant_w4 import dequant_w4_kernel, dequant_w4_pass_configs, launch_dequant_w4, prepare_dequant_w4
+from kernels.dequant_w4 import (
+    dequant_w4_kernel,
+    dequant_w4_pass_configs,
+    dequant_w4_tile_space,
+    launch_dequant_w4,
+    prepare_dequant_w4,
+)
 from kernels.formats import format_operands
 from kernels.peers import (
     humming_shape_limit,
@@ -115,7 +121,7 @@ def _dequant_w4(fmt: W4Format) -> dict:
         family="dequant", input_format=fmt.name, emulate=partial(emulate_dequant_w4, fmt=fmt),
         launch=launch_dequant_w4, prepare=partial(prepare_dequant_w4, fmt=fmt),
         kernel=partial(dequant_w4_kernel, fmt=fmt), out_idx=(4,), pass_configs={"sm_90a": dequant_w4_pass_configs},
-        split_k=True,
+        split_k=True, tile_space=dequant_w4_tile_space(fmt),
         # bf16 wgmma accumulates in full fp32 like cuBLAS's bf16 GEMM: the unquantized GEMM is the
         # matched peer; torch's own W4A16 kernel (tinygemm, on its own int4 format) is the second column
         baseline=CUBLAS_BF16.name, second_baseline=TINYGEMM.name,

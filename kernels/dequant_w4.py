@@ -40,7 +40,8 @@ import torch
 from kernels.dequant_formats import W4Format
 from kernels.formats import check_gemm_shape
 from kernels.registry import Operands
-from kernels.tiles import Tile
+from kernels.tile_space import TileSpace
+from kernels.tiles import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK, STATIC_SMEM_RESERVE, Tile
 
 # The CUDA decoder, pasted into the kernel with T.import_source and called with T.call_extern. It also
 # compiles as host C++ (tests/test_dequant.py runs it on the CPU): the two device instructions it needs,
@@ -104,6 +105,63 @@ def decode_form(tile: Tile) -> bool:
 def dequant_w4_pass_configs(tile: Tile) -> dict:
     """The sm_90a pass configs of a dequant_w4_<format> tile: the decode form or the prefill form."""
     return {"tl.disable_warp_specialized": True} if decode_form(tile) else {}
+
+
+# What one sm_90 SM holds for resident CTAs: 228 KiB of shared memory (1 KiB of it reserved per CTA),
+# 64 K registers and 64 warps (CUDA's occupancy rules)
+SM90_SHARED_BYTES_PER_SM = 228 * 1024
+SM90_SHARED_RESERVED_PER_CTA = 1024
+SM90_WARPS_PER_SM = 64
+
+
+def decode_form_registers(tile: Tile) -> int:
+    """Registers a decode-form thread holds: its K block's decoded weights (64 rows x block_K bf16 over 128
+    threads: block_K/4), its fp32 sums (block_M/2) and about 32 of addresses and decode temporaries. Within
+    15 % of ptxas's count for every published decode tile (98-195 registers, compile records of 2026-12-07)."""
+    return 32 + tile.block_K // 4 + tile.block_M // 2
+
+
+def dequant_w4_ctas_per_sm(tile: Tile, smem_bytes: int) -> int:
+    """CTAs of ``tile`` one sm_90 SM holds at once. A decode tile's as many as its registers (allocated in
+    steps of 8 per thread), its shared memory (``smem_bytes`` plus the static reserve) and its warps allow; a
+    prefill tile's warp-specialized consumers raise their registers to fill the SM (setmaxnreg): one."""
+    if not decode_form(tile):
+        return 1
+    registers = -(-min(decode_form_registers(tile), MAX_REGISTERS_PER_THREAD) // 8) * 8
+    by_registers = REGISTERS_PER_BLOCK // (registers * tile.threads)
+    per_cta = smem_bytes + STATIC_SMEM_RESERVE["sm_90a"] + SM90_SHARED_RESERVED_PER_CTA
+    return max(1, min(by_registers, SM90_SHARED_BYTES_PER_SM // per_cta, SM90_WARPS_PER_SM // (tile.threads // 32)))
+
+
+def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> str | None:
+    """Why the tile space leaves ``tile`` out at M x N x K (None: a candidate): the kernel's own rule
+    (``check_dequant_w4_tile``: K in whole K blocks per CTA, the group), and the forms measured slower
+    (docs/design/dequant_w4.md): a decode tile of two warpgroups (block_N 128: 28.6 against 19.7 µs at
+    1x8192²) or of K blocks under 128, a prefill tile of K blocks over 128 (its decoded fragment and the
+    producer's ring outgrow the registers and shared memory one CTA per SM has). A decode tile over more than
+    8 row blocks of A (decoding each weight 9 times or more) is left out with the raster swizzle it would get."""
+    try:
+        check_dequant_w4_tile(fmt, K, tile)
+    except ValueError as e:
+        return str(e)
+    if decode_form(tile) and (tile.block_N != 64 or tile.block_K < 128 or tile.swizzle):
+        return (f"tile {tile.name}: the decode form runs one warpgroup (block_N 64) on K blocks of at least 128, "
+                f"in a plain raster (at most 8 row blocks)")
+    if not decode_form(tile) and tile.block_K > 128:
+        return f"tile {tile.name}: the prefill form runs K blocks of at most 128"
+    return None
+
+
+def dequant_w4_tile_space(fmt: W4Format) -> TileSpace:
+    """The tiles the selection ranks for ``fmt``'s kernel on sm_90a: the decode form (block_M 8-64, K
+    blocks of 128-512, K split over 1-8 CTAs, several CTAs per SM) and the warp-specialized prefill form
+    (block_M 128-256, one or two consumer warpgroups); of ring depths 2-4 the deepest that keeps the most CTAs
+    on an SM (``dequant_w4_ctas_per_sm``)."""
+    return TileSpace(block_M=(8, 16, 32, 64, 128, 256), block_N=(64, 128), block_K=(64, 128, 256, 512),
+                     threads=lambda block_M: (128, 256), max_stages=4, min_stages=2, policies=("FullRow",),
+                     swizzle=lambda m_blocks, n_blocks: 8 if m_blocks > 8 else 0, split_k=(1, 2, 4, 8),
+                     rule=lambda M, N, K, tile: dequant_w4_tile_rule(fmt, M, N, K, tile),
+                     ctas_per_sm=dequant_w4_ctas_per_sm, arches=("sm_90a",))
 
 
 def swizzled_packed_tile(tile: Tile) -> bool:

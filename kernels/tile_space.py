@@ -3,9 +3,12 @@ ranks and the ``tune`` step times (design: docs/design/tile_selection.md).
 
 A variant registers a ``TileSpace`` (registry ``tile_space=``): the block sizes, thread counts and
 options its kernel is written for. ``candidates`` walks them for (M, N, K, arch) and keeps exactly
-the tiles the kernel's own rules accept (``registry.tile_problem``: the same check config tiles get)
-that fit the arch's shared memory (``kernels/smem.py``), each with as many ring stages as fit (up to
-``max_stages``): a deeper ring only hides more latency, and shared memory is not otherwise used.
+the tiles the kernel's own rules accept (``registry.tile_problem``: the same check config tiles get,
+and the space's ``rule`` at that shape) that fit the arch's shared memory (``kernels/smem.py``), each
+with as many ring stages as fit (up to ``max_stages``): a deeper ring only hides more latency, and
+shared memory is not otherwise used. A kernel whose CTAs share an SM (``ctas_per_sm``) takes the
+deepest ring that still lets the SM hold as many of its CTAs as the shallowest would: another CTA
+hides more latency than another stage of the same CTA.
 """
 from __future__ import annotations
 
@@ -38,6 +41,14 @@ class TileSpace:
     persistent: bool = False
     # the arches this space is for (None: every arch the variant builds for)
     arches: tuple[str, ...] | None = None
+    # K split over a cluster of this many CTAs (``_split<n>``; the kernel must declare ``Variant.split_k``)
+    split_k: tuple[int, ...] = (1,)
+    # why a tile does not fit the kernel at (M, N, K), or None: the kernel's own shape rule (e.g. K in whole K
+    # blocks per CTA) and the forms the space leaves out; None: every tile fits every shape the variant takes
+    rule: Callable[[int, int, int, Tile], str | None] | None = None
+    # CTAs of a tile one SM holds at once, given the tile's shared memory bytes: set for a kernel of one CTA
+    # per tile (and K split) whose CTAs share an SM as registers and shared memory allow; the model counts them
+    ctas_per_sm: Callable[[Tile, int], int] | None = None
 
     def covers(self, variant, arch: str) -> bool:
         return arch not in variant.unsupported and (self.arches is None or arch in self.arches)
@@ -73,19 +84,29 @@ def candidates(variant, M: int, N: int, K: int, arch: str) -> list[Tile]:
                 for bK in space.block_K:
                     for threads in space.threads(bM):
                         for policy in space.policies:
-                            base = Tile(bM, bN, bK, space.min_stages, threads, policy,
-                                        space.swizzle(ceil_div(rows, bM), ceil_div(cols, bN)), space.promote, swap)
-                            tile = _deepest(variant, base, space, arch, tile_problem, kernel_smem_bytes)
-                            if tile is not None:
-                                out.append(tile)
+                            for split in space.split_k:
+                                base = Tile(bM, bN, bK, space.min_stages, threads, policy,
+                                            space.swizzle(ceil_div(rows, bM), ceil_div(cols, bN)), space.promote, swap,
+                                            split)
+                                if space.rule is not None and space.rule(M, N, K, base) is not None:
+                                    continue
+                                out += _depths(variant, base, space, arch, tile_problem, kernel_smem_bytes)
     return out
 
 
-def _deepest(variant, base: Tile, space: TileSpace, arch: str, tile_problem, smem_of) -> Tile | None:
+def _depths(variant, base: Tile, space: TileSpace, arch: str, tile_problem, smem_of) -> list[Tile]:
     """``base`` with the most stages (``space.min_stages``..``max_stages``) its kernel accepts and ``arch``'s
-    shared memory holds; None if not even the fewest do."""
+    shared memory holds (with ``ctas_per_sm``: the most that keep the SM's count of CTAs at its best), as a
+    list of one; empty if not even the fewest fit."""
+    fitting = []
     for stages in range(space.max_stages, space.min_stages - 1, -1):
         tile = replace(base, num_stages=stages)
-        if tile_problem(variant, tile) is None and smem_problem(tile.name, smem_of(variant.kernel, tile), arch) is None:
-            return tile
-    return None
+        smem = smem_of(variant.kernel, tile)
+        if tile_problem(variant, tile) is None and smem_problem(tile.name, smem, arch) is None:
+            if space.ctas_per_sm is None:
+                return [tile]
+            fitting.append((space.ctas_per_sm(tile, smem), tile))
+    if not fitting:
+        return []
+    most = max(n for n, _ in fitting)
+    return [next(t for n, t in fitting if n == most)]

@@ -19,6 +19,8 @@ from kernels.tiles import parse_tile, smem_problem
 CONFIG = load_config()
 H200 = PlatformModel.from_config("h200", CONFIG["platforms"]["h200"])
 SELECTED = ["fp8_e4m3_ws", "fp8_e5m2_ws", "fp8_e4m3_ws_promoted", "int4_ws", "blockscaled_sm90"]
+# the W4A16 kernels: resident CTAs (several per SM), modelled by predict_resident_us
+DEQUANT = ["dequant_w4_int4_sym_g128", "dequant_w4_uint4_zp_g128", "dequant_w4_e2m1_g32", "dequant_w4_mxfp4"]
 
 
 @pytest.mark.parametrize("name", SELECTED)
@@ -181,8 +183,9 @@ def test_the_zoo_is_planned_for_its_entries_and_their_peers_at_its_distributions
     assert "results/h200/fp8_e4m3_ws/normal/16x6144x4096.json" in runs
     assert "results/h200/fp8_e4m3_ws/student_t3/16x6144x4096.json" not in runs
     assert not any("16x6144x4096" in f for f in plan.run_outputs("cpu", ["fp8_e4m3_ws"]))
-    # blockscaled_sm90 lists its sm_90a tiles per shape class (issue 34), so the H200 does not tune it
-    assert set(plan.tune_entries("h200")) == set(SELECTED) - {"blockscaled_sm90"}
+    # blockscaled_sm90 lists its sm_90a tiles per shape class (issue 34), so the H200 does not tune it; the W4A16
+    # kernels' tiles are selected (issue 44)
+    assert set(plan.tune_entries("h200")) == set(SELECTED + DEQUANT) - {"blockscaled_sm90"}
     cfg = dict(CONFIG, zoo=dict(CONFIG["zoo"], entries=["cublas_bf16"]))
     with pytest.raises(ConfigError, match="zoo.entries.0: cublas_bf16 is a library peer"):
         validate(cfg, check_shapes=False)
@@ -254,6 +257,82 @@ def test_rank_prints_the_models_order(capsys):
     assert len(lines) == 5 and times == sorted(times) and parse_tile(lines[0].split()[0]).swap_ab
 
 
+@pytest.mark.parametrize("name", DEQUANT)
+@pytest.mark.parametrize("shape", [(1, 8192, 8192), (16, 576, 7168), (64, 3584, 18944), (2048, 4736, 3584)])
+def test_every_dequant_candidate_fits_its_shape_with_the_ring_that_keeps_most_ctas_per_sm(name, shape):
+    from kernels.dequant_w4 import check_dequant_w4_tile
+
+    v = get_variant(name)
+    space = v.tile_space
+    tiles = candidates(v, *shape, "sm_90a")
+    assert tiles and len({t.name for t in tiles}) == len(tiles)
+    assert any(t.block_M > 64 for t in tiles)  # the prefill form at every M
+    assert any(t.split_k > 1 for t in tiles) == (shape[0] <= 64)  # the decode form only where its rows are few
+    for t in tiles:
+        check_dequant_w4_tile(_fmt(v), shape[2], t)
+        smem = kernel_smem_bytes(v.kernel, t)
+        assert smem_problem(t.name, smem, "sm_90a") is None
+        ctas = space.ctas_per_sm(t, smem)
+        for stages in range(space.min_stages, space.max_stages + 1):  # no other depth holds more CTAs; none deeper as many
+            other = parse_tile(t.name.replace(f"_s{t.num_stages}_", f"_s{stages}_"))
+            other_smem = kernel_smem_bytes(v.kernel, other)
+            if smem_problem(t.name, other_smem, "sm_90a") is None:
+                assert space.ctas_per_sm(other, other_smem) <= ctas
+                assert stages <= t.num_stages or space.ctas_per_sm(other, other_smem) < ctas
+
+
+def _fmt(v):
+    return v.kernel.keywords["fmt"]  # the W4Format the variant's kernel factory is bound to
+
+
+@pytest.mark.parametrize("name", DEQUANT)
+def test_every_layer_gets_a_dequant_tile_at_every_batch(name):
+    """Any N multiple of 64 and K multiple of 128 (hidden sizes that are not a multiple of 1024 included) has
+    a ranked tile at decode, small-batch and prefill M, and the model's pick fits the kernel at that shape."""
+    from kernels.dequant_w4 import check_dequant_w4_tile
+
+    v = get_variant(name)
+    for N in (64, 576, 2112, 3584, 4736, 13824, 18944):
+        for K in (128, 384, 2880 + 64, 3584, 4736, 5120, 18944):
+            for M in (1, 16, 64, 256, 2048):
+                ranked = rank(v, M, N, K, H200)
+                assert ranked, (M, N, K)
+                check_dequant_w4_tile(_fmt(v), K, ranked[0][0])
+
+
+def test_the_resident_model_counts_ctas_per_sm_and_fills_idle_sms_with_a_k_split():
+    from kernels.dequant_w4 import dequant_w4_ctas_per_sm
+
+    v = get_variant("dequant_w4_int4_sym_g128")
+    tile = parse_tile("m8n64k512_s2_t128_wrow")
+    # 168 registers x 128 threads: three CTAs per SM; a third stage's shared memory leaves room for two
+    assert dequant_w4_ctas_per_sm(tile, kernel_smem_bytes(v.kernel, tile)) == 3
+    deeper = parse_tile("m8n64k512_s3_t128_wrow")
+    assert dequant_w4_ctas_per_sm(deeper, kernel_smem_bytes(v.kernel, deeper)) == 2
+    assert dequant_w4_ctas_per_sm(parse_tile("m128n128k128_s4_t256_wrow"), 0) == 1  # the warp-specialized form
+    # 1x4096x14336: 64 CTAs unsplit leave half the SMs idle; a split of 2 or 4 fills them
+    unsplit = predict_us(v, 1, 4096, 14336, parse_tile("m8n64k256_s4_t128_wrow"), H200)
+    assert predict_us(v, 1, 4096, 14336, parse_tile("m8n64k256_s4_t128_wrow_split4"), H200) < 0.7 * unsplit
+    # a row block of 8 at M = 64 decodes the weight 8 times: slower than one block of 64 rows
+    assert predict_us(v, 64, 8192, 8192, parse_tile("m8n64k256_s4_t128_wrow"), H200) > \
+        predict_us(v, 64, 8192, 8192, parse_tile("m64n64k256_s2_t128_wrow"), H200)
+
+
+def test_the_decode_forms_register_estimate_matches_the_published_compile_records():
+    """decode_form_registers (which sets how many CTAs an SM holds) within 15 % of ptxas's count for every
+    published decode-form tile."""
+    from kernels.dequant_w4 import decode_form, decode_form_registers
+
+    seen = 0
+    for path in (REPO / "results/published/h200/points/dequant/compile").glob("dequant_w4_*/sm_90a/*.json"):
+        for rec in json.loads(path.read_text())["records"]:
+            tile = parse_tile(rec["tile"])
+            if decode_form(tile) and rec.get("registers"):
+                seen += 1
+                assert abs(decode_form_registers(tile) / rec["registers"] - 1) < 0.15, rec["tile"]
+    assert seen >= 8
+
+
 def test_calibrate_fits_every_selected_variant_from_the_published_measurements(tmp_path, monkeypatch):
     published = selection.REPO / "results/published/h200"
     (tmp_path / "results/published/h200").mkdir(parents=True)
@@ -263,8 +342,17 @@ def test_calibrate_fits_every_selected_variant_from_the_published_measurements(t
     monkeypatch.setattr(selection, "REPO", tmp_path)
     assert selection.main(["calibrate", "h200", "--steps", "5"]) == 0
     fit = json.loads(selection.calibration_path("h200").read_text())
-    assert set(fit["constants"]) == set(SELECTED) and set(fit["constants"]["int4_ws"]) >= set(Constants.FITTED)
+    assert set(fit["constants"]) == set(SELECTED + DEQUANT) and set(fit["constants"]["int4_ws"]) >= set(Constants.FITTED)
+    assert set(fit["constants"]["dequant_w4_mxfp4"]) >= set(Constants.FITTED_RESIDENT)
     assert all(q["points"] >= 20 for q in fit["fit"].values())
+    # refitting some variants keeps every other variant's constants as they were
+    before = fit["constants"]
+    assert selection.main(["calibrate", "h200", "--steps", "5", "--variants", "dequant_w4_e2m1_g32"]) == 0
+    after = json.loads(selection.calibration_path("h200").read_text())["constants"]
+    assert {n: c for n, c in after.items() if n != "dequant_w4_e2m1_g32"} == \
+        {n: c for n, c in before.items() if n != "dequant_w4_e2m1_g32"}
+    with pytest.raises(Exception, match="unknown variant"):
+        selection.main(["calibrate", "h200", "--variants", "dequant_w4_nope"])
 
 
 @pytest.mark.workflow
