@@ -115,19 +115,21 @@ SM90_WARPS_PER_SM = 64
 
 
 def decode_form_registers(tile: Tile) -> int:
-    """Registers a decode-form thread holds: its K block's decoded weights (64 rows x block_K bf16 over 128
-    threads: block_K/4), its fp32 sums (block_M/2) and about 32 of addresses and decode temporaries. Within
-    15 % of ptxas's count for every published decode tile (98-195 registers, compile records of 2026-12-07)."""
+    """Registers a decode-form thread holds, estimated before compiling: its K block's decoded weights (64 rows
+    x block_K bf16 over 128 threads: block_K/4), its fp32 sums (block_M/2) and about 32 of addresses and decode
+    temporaries. Coarse: within 15 % of ptxas for the tiles published on 2026-12-07 (98-195 registers), 33 %
+    under for m32n64k256 (167); ptxas's count is not monotonic in the block sizes."""
     return 32 + tile.block_K // 4 + tile.block_M // 2
 
 
-def dequant_w4_ctas_per_sm(tile: Tile, smem_bytes: int) -> int:
-    """CTAs of ``tile`` one sm_90 SM holds at once. A decode tile's as many as its registers (allocated in
-    steps of 8 per thread), its shared memory (``smem_bytes`` plus the static reserve) and its warps allow; a
-    prefill tile's warp-specialized consumers raise their registers to fill the SM (setmaxnreg): one."""
+def dequant_w4_ctas_per_sm(tile: Tile, smem_bytes: int, registers: int | None = None) -> int:
+    """CTAs of ``tile`` one sm_90 SM holds at once. A decode tile's as many as its registers per thread
+    (``registers``, default the estimate ``decode_form_registers``; allocated in steps of 8), its shared memory
+    (``smem_bytes`` plus the static reserve) and its warps allow; a prefill tile's warp-specialized consumers
+    raise their registers to fill the SM (setmaxnreg): one."""
     if not decode_form(tile):
         return 1
-    registers = -(-min(decode_form_registers(tile), MAX_REGISTERS_PER_THREAD) // 8) * 8
+    registers = -(-min(registers or decode_form_registers(tile), MAX_REGISTERS_PER_THREAD) // 8) * 8
     by_registers = REGISTERS_PER_BLOCK // (registers * tile.threads)
     per_cta = smem_bytes + STATIC_SMEM_RESERVE["sm_90a"] + SM90_SHARED_RESERVED_PER_CTA
     return max(1, min(by_registers, SM90_SHARED_BYTES_PER_SM // per_cta, SM90_WARPS_PER_SM // (tile.threads // 32)))
