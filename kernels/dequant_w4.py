@@ -9,8 +9,11 @@ written back to shared memory in bf16. Decode order (the emulation, ``kernels.de
 code -> exact small value v (bf16), then one ``fma.rn.bf16x2`` v·scale + (-0): Ŵ = bf16_rn(v · scale), a
 single rounding of the exact product; int4 values are made exact with the 0x4300 magic number, e2m1
 values by bit placement (the 3 magnitude bits at bf16 bits 6-8 are exactly value·2^-126, one exact fma by
-2^126 restores it; code 0 -> +0.0). The decoder is CUDA, ``dequant_w4_decode.cuh``
-beside this module. Accumulation is fp32 in wgmma, the output is rounded to bf16 once. The same
+2^126 restores it; code 0 -> +0.0). The untimed prepare arranges each row's packed bytes once
+(``arrange_packed``), so that a decoding thread reads its 8 pairs of a 32-byte span as 8 contiguous bytes
+(one 8-byte shared load, where the rows as quantized made it load 16 bytes per 4 pairs and keep a quarter).
+The decoder is CUDA, ``dequant_w4_decode.cuh`` beside this module. Accumulation is fp32 in wgmma, the
+output is rounded to bf16 once. The same
 prim_func builds for sm_89 and sm_100a with bf16 ``mma.sync`` (untuned there). The wgmma waits at every
 K block (``T.gemm``). An overlapped schedule (double-buffered fragments, async ``T.wgmma_gemm``) is not
 used: TileLang's pipeline frees a stage's shared buffers right after their last use in program order,
@@ -72,8 +75,9 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
                         f"= {128 * max(bN // 64, 1)}, got block_N={bN}, threads={tile.threads}")
     if bM % 8 or not 8 <= bM <= 256:
         problems.append(f"block_M (rows of A, the wgmma N) must be a multiple of 8 in [8, 256], got {bM}")
-    if bK % 32 or bK > 512:
-        problems.append(f"block_K must be a multiple of 32 and at most 512, got {bK}")
+    if bK % 64 or bK > 512:
+        problems.append(f"block_K must be a multiple of 64 (arranged rows are read in 32-byte spans) and at most "
+                        f"512, got {bK}")
     if bK % fmt.group and fmt.group % bK:
         problems.append(f"block_K={bK} and the group size {fmt.group} must divide one another")
     if K % (bK * tile.split_k):
@@ -203,7 +207,7 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     groups_per_block = max(bK // G, 1)
     scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
     swizzle = swizzled_packed_tile(tile)
-    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {int(swizzle)}>"
+    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {int(swizzle)}, 1>"  # B arranged (arrange_packed)
     zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
     split = tile.split_k
     k_blocks = K // bK // split  # K blocks per CTA
@@ -285,15 +289,24 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     return main
 
 
+def arrange_packed(packed: torch.Tensor) -> torch.Tensor:
+    """(rows, K/2) packed bytes as the decoder's ARRANGED form reads them: in every 32-byte span of a row,
+    byte 8t + m is byte 4m + t, so the 8 pairs a fragment thread decodes there (one per 4-byte word, byte t
+    of each) are 8 contiguous bytes. K must be a multiple of 64."""
+    rows, half_k = packed.shape
+    return packed.reshape(rows, half_k // 32, 8, 4).transpose(-1, -2).contiguous().reshape(rows, half_k)
+
+
 def prepare_dequant_w4(ops: Operands, fmt: W4Format) -> Operands:
-    """The prepare of every dequant_w4_<format> variant."""
-    if fmt.has_zeros:
-        return {}
-    # the kernel signature is the same for every format; an unread one-element dummy stands in for
-    # the zeros, made once with the operands
-    return {"zeros": torch.empty(1, dtype=torch.bfloat16, device=ops["A"].device)}
+    """The prepare of every dequant_w4_<format> variant (untimed): the packed rows arranged for the decoder,
+    and for a format without zero points an unread one-element stand-in (the kernel signature is the same
+    for every format)."""
+    out = {"B_arranged": arrange_packed(ops["B"])}
+    if not fmt.has_zeros:
+        out["zeros"] = torch.empty(1, dtype=torch.bfloat16, device=ops["A"].device)
+    return out
 
 
 def launch_dequant_w4(kernel, ops: Operands) -> torch.Tensor:
     """The launch of every dequant_w4_<format> variant."""
-    return kernel(ops["A"], ops["B"], ops["scales"], ops["zeros"])
+    return kernel(ops["A"], ops["B_arranged"], ops["scales"], ops["zeros"])

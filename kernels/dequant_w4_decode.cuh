@@ -47,6 +47,41 @@ DQ_FN void dq_load16(const uint8_t* p, uint32_t w[4]) {
 #endif
 }
 
+DQ_FN void dq_load8(const uint8_t* p, uint32_t w[2]) {
+#ifdef __CUDA_ARCH__
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  w[0] = v.x; w[1] = v.y;
+#else
+  memcpy(w, p, 8);
+#endif
+}
+
+// One K pair of one row: byte b (0-3) of word w holds its two codes (the low nibble the even k), decoded
+// to the bf16 pair {value(lo), value(hi)} * scale with one rounding (KIND as in dq_decode_fragment).
+template <int KIND>
+DQ_FN uint32_t dq_decode_pair(uint32_t w, uint32_t b, uint32_t scale2, uint32_t offset2) {
+  uint32_t v;
+  if (KIND <= 1) {
+    // x: byte 0 = byte b of w, byte 2 = byte b of w >> 4, so the masked lanes hold the low and the high
+    // nibble at bits 0-3 of each half. OR-ing 0x4300 gives bf16 128 + c (c sits in the mantissa: exact);
+    // XOR-ing 8 as well turns a two's complement nibble q into c = q + 8. Then 1 * y + (-(128 + z)) = c - z
+    // exactly (z = 8 for int4).
+    const uint32_t x = dq_prmt(w, w >> 4, b | (b << 4) | ((b + 4) << 8) | ((b + 4) << 12));
+    const uint32_t y = (x & 0x000F000Fu) ^ (KIND == 0 ? 0x43084308u : 0x43004300u);
+    v = dq_fma_bf16x2(y, 0x3F803F80u, offset2);
+  } else {
+    // e2m1 by bit placement. A code's 3 magnitude bits (2 exponent, 1 mantissa) put at bf16 bits 6-8
+    // (exponent field 0-3, top mantissa bit) make exactly value·2^-126, the zero exponent a subnormal that
+    // gives 0 and 0.5·2^-126 as e2m1's own subnormal does; the sign goes to bit 15. One prmt places both
+    // nibbles: byte 0 = byte b of w << 4 (the low nibble at bits 4-7), byte 1 = that byte's sign (bit 7)
+    // replicated, bytes 2-3 the same for the high nibble from w; then << 2 and one mask. The exact · 2^126 is
+    // one fma; the scale's fma below rounds once.
+    const uint32_t x = dq_prmt(w << 4, w, b | ((b | 8) << 4) | ((b + 4) << 8) | ((b + 12) << 12));
+    v = dq_fma_bf16x2((x << 2) & 0x81C081C0u, 0x7E807E80u, 0x80008000u);
+  }
+  return dq_fma_bf16x2(v, scale2, 0x80008000u);  // v * s + (-0): one rounding
+}
+
 // Decode one K block of packed 4-bit weights from shared memory into this thread's part of the
 // tensor-core A-operand register fragment (bf16 pairs as uint32). (This source must not name the
 // matrix instructions: the compile step classifies kernels by searching their source for them.)
@@ -57,9 +92,13 @@ DQ_FN void dq_load16(const uint8_t* p, uint32_t w[4]) {
 // Fragment (the layout annotated on the TileLang side): thread tid holds rows
 // r_h = 16*(tid/32) + (tid%32)/4 + 8h and, for every 8-wide K chunk c, the pair k = 8c + 2t, 8c + 2t + 1
 // (t = tid%4) -- that pair is byte 4c + t of the row, i.e. byte t of 32-bit word c -- as frag[2c + h].
-template <int KIND, int BK, int GROUP, int BN, int SWIZZLE = 0>
+// ARRANGED: the row's bytes were arranged once (kernels.dequant_w4.arrange_packed) so that in every 32-byte
+// span s a thread's 8 pairs (c = 8s .. 8s + 7) are the 8 bytes at 8t: one 8-byte load instead of a 16-byte
+// load per 4 pairs of which it keeps a quarter.
+template <int KIND, int BK, int GROUP, int BN, int SWIZZLE = 0, int ARRANGED = 0>
 DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scales_, const void* zeros_, int tid) {
   static_assert(BK % 32 == 0, "BK must be a multiple of 32 (16-byte row loads)");
+  static_assert(!ARRANGED || BK % 64 == 0, "an arranged row is read in 32-byte spans: BK a multiple of 64");
   static_assert(BK % GROUP == 0 || GROUP % BK == 0, "BK and GROUP must divide one another");
   constexpr int SG = BK >= GROUP ? BK / GROUP : 1;
   uint32_t* frag = reinterpret_cast<uint32_t*>(frag_);
@@ -90,35 +129,31 @@ DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scal
       }
     }
     const uint8_t* rowp = packed + row * (BK / 2);
+    if (ARRANGED) {
 #pragma unroll
-    for (int q = 0; q < BK / 32; ++q) {
-      uint32_t w[4];
-      // SWIZZLE: the shared tile holds chunk q of row r at chunk q ^ (r % 8) (see packed_layout)
-      dq_load16(rowp + 16 * (SWIZZLE ? (q ^ (row & 7)) : q), w);
+      for (int s = 0; s < BK / 64; ++s) {
+        uint32_t u[2];
+        const int at = 32 * s + 8 * (int)t;  // within one 16-byte chunk, which SWIZZLE moves as a whole
+        dq_load8(rowp + 16 * (SWIZZLE ? ((at >> 4) ^ (row & 7)) : (at >> 4)) + (at & 15), u);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c = 4 * q + i;
-        const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
-        uint32_t v;
-        if (KIND <= 1) {
-          // x: byte 0 = byte t of w, byte 2 = byte t of w >> 4, so the masked lanes hold the low
-          // and the high nibble at bits 0-3 of each half. OR-ing 0x4300 gives bf16 128 + c (c sits
-          // in the mantissa: exact); XOR-ing 8 as well turns a two's complement nibble q into
-          // c = q + 8. Then 1 * y + (-(128 + z)) = c - z exactly (z = 8 for int4).
-          const uint32_t x = dq_prmt(w[i], w[i] >> 4, t | (t << 4) | ((t + 4) << 8) | ((t + 4) << 12));
-          const uint32_t y = (x & 0x000F000Fu) ^ (KIND == 0 ? 0x43084308u : 0x43004300u);
-          v = dq_fma_bf16x2(y, 0x3F803F80u, offset2[sg]);
-        } else {
-          // e2m1 by bit placement. A code's 3 magnitude bits (2 exponent, 1 mantissa) put at bf16 bits
-          // 6-8 (exponent field 0-3, top mantissa bit) make exactly value·2^-126, the zero exponent a
-          // subnormal that gives 0 and 0.5·2^-126 as e2m1's own subnormal does; the sign goes to bit 15.
-          // One prmt places both nibbles: byte 0 = byte t of w << 4 (the low nibble at bits 4-7),
-          // byte 1 = that byte's sign (bit 7) replicated, bytes 2-3 the same for the high nibble from w;
-          // then << 2 and one mask. The exact · 2^126 is one fma; the scale's fma below rounds once.
-          const uint32_t x = dq_prmt(w[i] << 4, w[i], t | ((t | 8) << 4) | ((t + 4) << 8) | ((t + 12) << 12));
-          v = dq_fma_bf16x2((x << 2) & 0x81C081C0u, 0x7E807E80u, 0x80008000u);
+        for (int m = 0; m < 8; ++m) {
+          const int c = 8 * s + m;
+          const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
+          frag[2 * c + h] = dq_decode_pair<KIND>(u[m >> 2], (uint32_t)(m & 3), scale2[sg], offset2[sg]);
         }
-        frag[2 * c + h] = dq_fma_bf16x2(v, scale2[sg], 0x80008000u);  // v * s + (-0): one rounding
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < BK / 32; ++q) {
+        uint32_t w[4];
+        // SWIZZLE: the shared tile holds chunk q of row r at chunk q ^ (r % 8) (see packed_layout)
+        dq_load16(rowp + 16 * (SWIZZLE ? (q ^ (row & 7)) : q), w);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c = 4 * q + i;
+          const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
+          frag[2 * c + h] = dq_decode_pair<KIND>(w[i], t, scale2[sg], offset2[sg]);
+        }
       }
     }
   }

@@ -137,7 +137,8 @@ def test_tilelang_launch_passes_operands_in_kernel_order(name):
     seen = []
     v.launch(lambda *args: seen.append(args) or "out", ops)
     (args,) = seen
-    assert len(args) == 4 and args[0] is ops["A"] and args[1] is ops["B"] and args[2] is ops["scales"]
+    assert len(args) == 4 and args[0] is ops["A"] and args[2] is ops["scales"]
+    assert torch.equal(args[1], dqw.arrange_packed(ops["B"])) and args[1] is ops["B_arranged"]  # arranged once
     if dqf.W4_FORMATS[name].has_zeros:
         assert args[3] is ops["zeros"]
     else:
@@ -183,12 +184,14 @@ def test_check_tile_rejects_misfits():
 
 # ---------------------------------------------------------------- the CUDA decoder on the host
 
-# (KIND, BK, GROUP, BN, SWIZZLE): one and two warpgroups, one or several groups per K block, the plain
-# and the swizzled packed tile (decode tiles, block_K a multiple of 256)
+# (KIND, BK, GROUP, BN, SWIZZLE, ARRANGED): one and two warpgroups, one or several groups per K block, the plain
+# and the swizzled packed tile (decode tiles, block_K a multiple of 256), rows as quantized and arranged
 DECODER_CONFIGS = [
-    (0, 64, 128, 128, 0), (0, 256, 128, 64, 0), (1, 256, 128, 128, 0), (1, 64, 128, 64, 0),
-    (2, 64, 32, 128, 0), (2, 32, 32, 64, 0), (3, 128, 32, 128, 0), (3, 32, 32, 64, 0),
-    (0, 512, 128, 64, 1), (1, 256, 128, 64, 1), (2, 256, 32, 64, 1), (3, 512, 32, 64, 1),
+    (0, 64, 128, 128, 0, 0), (0, 256, 128, 64, 0, 0), (1, 256, 128, 128, 0, 0), (1, 64, 128, 64, 0, 0),
+    (2, 64, 32, 128, 0, 0), (2, 32, 32, 64, 0, 0), (3, 128, 32, 128, 0, 0), (3, 32, 32, 64, 0, 0),
+    (0, 512, 128, 64, 1, 0), (1, 256, 128, 64, 1, 0), (2, 256, 32, 64, 1, 0), (3, 512, 32, 64, 1, 0),
+    (0, 64, 128, 128, 0, 1), (1, 128, 128, 64, 0, 1), (2, 64, 32, 64, 0, 1), (3, 128, 32, 128, 0, 1),
+    (0, 512, 128, 64, 1, 1), (1, 256, 128, 64, 1, 1), (2, 256, 32, 64, 1, 1), (3, 512, 32, 64, 1, 1),
 ]
 KIND_FORMAT = {f.kind: f for f in dqf.W4_FORMATS.values()}
 
@@ -217,7 +220,7 @@ static uint32_t dq_host_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
   return r;
 }
 #include "dequant_w4_decode.cuh"
-template <int KIND, int BK, int G, int BN, int SW>
+template <int KIND, int BK, int G, int BN, int SW, int AR>
 static int run() {
   constexpr int SG = BK >= G ? BK / G : 1;
   static uint8_t packed[BN * BK / 2], scales[SG * BN * 2], zeros[SG * BN * 2];
@@ -226,7 +229,7 @@ static int run() {
       fread(zeros, 1, SG * BN * 2, stdin) != (size_t)(SG * BN * 2)) return 2;
   for (int tid = 0; tid < 2 * BN; ++tid) {
     uint32_t frag[BK / 4];
-    dq_decode_fragment<KIND, BK, G, BN, SW>(frag, packed, scales, zeros, tid);
+    dq_decode_fragment<KIND, BK, G, BN, SW, AR>(frag, packed, scales, zeros, tid);
     fwrite(frag, 4, BK / 4, stdout);
   }
   return 0;
@@ -245,8 +248,8 @@ def host_decoder(tmp_path_factory):
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("g++ not available: the CUDA decoder cannot be run on the host")
-    cases = "\n".join(f"    case {i}: return run<{k}, {bk}, {g}, {bn}, {sw}>();"
-                      for i, (k, bk, g, bn, sw) in enumerate(DECODER_CONFIGS))
+    cases = "\n".join(f"    case {i}: return run<{k}, {bk}, {g}, {bn}, {sw}, {ar}>();"
+                      for i, (k, bk, g, bn, sw, ar) in enumerate(DECODER_CONFIGS))
     src = HOST_HARNESS.replace("@CASES@", cases)
     d = tmp_path_factory.mktemp("decoder")
     (d / "harness.cpp").write_text(src)
@@ -278,7 +281,7 @@ def test_packed_layout_is_the_swizzle_the_decoder_reads():
 @pytest.mark.parametrize("cfg", range(len(DECODER_CONFIGS)))
 def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
     """Every thread's fragment, placed by the layout annotated on the kernel, equals bf16_rn(value·scale)."""
-    kind, BK, G, BN, swizzle = DECODER_CONFIGS[cfg]
+    kind, BK, G, BN, swizzle, arranged = DECODER_CONFIGS[cfg]
     fmt = KIND_FORMAT[kind]
     SG = max(BK // G, 1)
     gen = torch.Generator().manual_seed(100 + cfg)
@@ -290,7 +293,8 @@ def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
         scales = torch.exp(torch.randn(SG, BN, generator=gen)).to(torch.bfloat16)
         sbytes = scales.view(torch.int16).numpy().tobytes()
     zeros = torch.randint(0, 16, (SG, BN), generator=gen).to(torch.bfloat16)
-    stored = swizzled(packed) if swizzle else packed  # the shared tile as kernels.dequant_w4.packed_layout stores it
+    stored = dqw.arrange_packed(packed) if arranged else packed  # the rows as the kernel's prepare arranges them
+    stored = swizzled(stored) if swizzle else stored  # the shared tile as kernels.dequant_w4.packed_layout stores it
     stdin = stored.numpy().tobytes() + sbytes + zeros.view(torch.int16).numpy().tobytes()
     proc = subprocess.run([str(host_decoder), str(cfg)], input=stdin, capture_output=True, check=True)
     frags = np.frombuffer(proc.stdout, dtype=np.uint16).reshape(2 * BN, BK // 2)
@@ -316,7 +320,7 @@ def test_compile_decode_form_sm90a(kernels, name):
     src = kernels(f"dequant_{name}", "m16n64k128_s2_t128_wrow").source
     assert re.search(VARIANTS[f"dequant_{name}"].instructions["sm_90a"], src)
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 16, 16,", src)  # m64n16k16: 16 rows of A
-    assert f"dq_decode_fragment<{dqf.W4_FORMATS[name].kind}, 128, {dqf.W4_FORMATS[name].group}, 64, 0>" in src
+    assert f"dq_decode_fragment<{dqf.W4_FORMATS[name].kind}, 128, {dqf.W4_FORMATS[name].group}, 64, 0, 1>" in src
     assert "wgmma_ss" not in src and "mma_sync" not in src
 
 
@@ -335,7 +339,7 @@ def test_compile_other_targets_use_bf16_mma_sync(kernels, arch):
     """No wgmma there: the same kernel builds with mma.sync (same per-warp A fragment layout)."""
     v = VARIANTS["dequant_w4_int4_sym_g128"]
     src = kernels(v.name, "m16n64k128_s2_t128_wrow", arch).source
-    assert "dq_decode_fragment<0, 128, 128, 64, 0>" in src
+    assert "dq_decode_fragment<0, 128, 128, 64, 0, 1>" in src
     assert re.search(v.instructions[arch], src) and "wgmma" not in src
 
 
@@ -365,7 +369,7 @@ def test_compile_decode_form_with_swizzled_tile_sm90a(kernels):
     """block_K 512 in a decode tile: no producer warpgroup (no setmaxnreg), the packed tile stored swizzled,
     the decoder told so."""
     src = kernels("dequant_w4_int4_sym_g128", "m8n64k512_s2_t128_wrow").source
-    assert "dq_decode_fragment<0, 512, 128, 64, 1>" in src
+    assert "dq_decode_fragment<0, 512, 128, 64, 1, 1>" in src
     assert "setmaxnreg" not in src
     assert re.search(r"\^ \(\(\(int\)threadIdx\.x\) >> 4\)\) \* 16", src)  # chunk ^ row: the swizzled copy
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 8, 16,", src)
