@@ -11,7 +11,9 @@ single rounding of the exact product; int4 values are made exact with the 0x4300
 values by bit placement (the 3 magnitude bits at bf16 bits 6-8 are exactly value·2^-126, one exact fma by
 2^126 restores it; code 0 -> +0.0). The untimed prepare arranges each row's packed bytes once
 (``arrange_packed``), so that a decoding thread reads its 8 pairs of a 32-byte span as 8 contiguous bytes
-(one 8-byte shared load, where the rows as quantized made it load 16 bytes per 4 pairs and keep a quarter).
+(one 8-byte shared load, where the rows as quantized made it load 16 bytes per 4 pairs and keep a quarter),
+and for the int4 decodes with each pair's two codes 16 bits apart (a shift and one LOP3 place both in their
+bf16 lanes, no byte permute).
 The decoder is CUDA, ``dequant_w4_decode.cuh`` beside this module. Accumulation is fp32 in wgmma, the
 output is rounded to bf16 once. The same
 prim_func builds for sm_89 and sm_100a with bf16 ``mma.sync`` (untuned there). The wgmma waits at every
@@ -207,7 +209,7 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     groups_per_block = max(bK // G, 1)
     scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
     swizzle = swizzled_packed_tile(tile)
-    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {int(swizzle)}, 1>"  # B arranged (arrange_packed)
+    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {int(swizzle)}, {packed_arrangement(fmt)}>"
     zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
     split = tile.split_k
     k_blocks = K // bK // split  # K blocks per CTA
@@ -289,19 +291,36 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     return main
 
 
-def arrange_packed(packed: torch.Tensor) -> torch.Tensor:
-    """(rows, K/2) packed bytes as the decoder's ARRANGED form reads them: in every 32-byte span of a row,
+def arrange_packed(packed: torch.Tensor, nibbles_apart: bool = False) -> torch.Tensor:
+    """(rows, K/2) packed bytes as the decoder's ARRANGED forms read them: in every 32-byte span of a row,
     byte 8t + m is byte 4m + t, so the 8 pairs a fragment thread decodes there (one per 4-byte word, byte t
-    of each) are 8 contiguous bytes. K must be a multiple of 64."""
+    of each) are 8 contiguous bytes (ARRANGED 1). With ``nibbles_apart`` (ARRANGED 2, the int4 decode) those 8
+    bytes are two little-endian 32-bit words of 4 pairs each, pair j's low code (even k) at bits 4j-4j+3 and its
+    high code at bits 16+4j-19+4j, so one shift and one LOP3 place a pair in two bf16 lanes. K must be a
+    multiple of 64."""
     rows, half_k = packed.shape
-    return packed.reshape(rows, half_k // 32, 8, 4).transpose(-1, -2).contiguous().reshape(rows, half_k)
+    spans = packed.reshape(rows, half_k // 32, 8, 4).transpose(-1, -2).contiguous()
+    if nibbles_apart:
+        pairs = spans.view(torch.uint8).reshape(rows, half_k // 32, 4, 2, 2, 2)  # (.., t, word, half, pair)
+        low, high = pairs & 0x0F, pairs >> 4
+        # the word's byte 2h + e: codes of pairs 2h and 2h + 1, the low codes in bytes 0-1, the high ones in 2-3
+        word = torch.stack([low[..., 0] | (low[..., 1] << 4), high[..., 0] | (high[..., 1] << 4)], dim=-2)
+        spans = word.view(torch.int8)
+    return spans.reshape(rows, half_k)
+
+
+def packed_arrangement(fmt: W4Format) -> int:
+    """The decoder's ARRANGED form of ``fmt``'s packed rows (``arrange_packed``): the int4 decodes (int4, uint4 with
+    a zero point) read their codes 16 bits apart (2), the e2m1 decodes, which place bits per byte, byte-arranged
+    rows (1)."""
+    return 2 if fmt.kind <= 1 else 1
 
 
 def prepare_dequant_w4(ops: Operands, fmt: W4Format) -> Operands:
     """The prepare of every dequant_w4_<format> variant (untimed): the packed rows arranged for the decoder,
     and for a format without zero points an unread one-element stand-in (the kernel signature is the same
     for every format)."""
-    out = {"B_arranged": arrange_packed(ops["B"])}
+    out = {"B_arranged": arrange_packed(ops["B"], nibbles_apart=packed_arrangement(fmt) == 2)}
     if not fmt.has_zeros:
         out["zeros"] = torch.empty(1, dtype=torch.bfloat16, device=ops["A"].device)
     return out

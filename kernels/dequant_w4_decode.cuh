@@ -35,6 +35,17 @@ DQ_FN uint32_t dq_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
 #endif
 }
 
+// (a & b) ^ c as one LOP3: written in C, ptxas makes it two (a SASS instruction holds one immediate)
+DQ_FN uint32_t dq_and_xor(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  return (a & b) ^ c;
+#endif
+}
+
 DQ_FN uint32_t dq_float_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 DQ_FN float dq_bits_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
@@ -56,6 +67,13 @@ DQ_FN void dq_load8(const uint8_t* p, uint32_t w[2]) {
 #endif
 }
 
+// The two nibbles at bits 0-3 and 16-19 of x as bf16 128 + c (c in the mantissa: exact); for int4 (KIND 0) the
+// XOR with 8 as well turns a two's complement nibble q into c = q + 8
+template <int KIND>
+DQ_FN uint32_t dq_magic_int4(uint32_t x) {
+  return dq_and_xor(x, 0x000F000Fu, KIND == 0 ? 0x43084308u : 0x43004300u);
+}
+
 // One K pair of one row: byte b (0-3) of word w holds its two codes (the low nibble the even k), decoded
 // to the bf16 pair {value(lo), value(hi)} * scale with one rounding (KIND as in dq_decode_fragment).
 template <int KIND>
@@ -67,8 +85,7 @@ DQ_FN uint32_t dq_decode_pair(uint32_t w, uint32_t b, uint32_t scale2, uint32_t 
     // XOR-ing 8 as well turns a two's complement nibble q into c = q + 8. Then 1 * y + (-(128 + z)) = c - z
     // exactly (z = 8 for int4).
     const uint32_t x = dq_prmt(w, w >> 4, b | (b << 4) | ((b + 4) << 8) | ((b + 4) << 12));
-    const uint32_t y = (x & 0x000F000Fu) ^ (KIND == 0 ? 0x43084308u : 0x43004300u);
-    v = dq_fma_bf16x2(y, 0x3F803F80u, offset2);
+    v = dq_fma_bf16x2(dq_magic_int4<KIND>(x), 0x3F803F80u, offset2);
   } else {
     // e2m1 by bit placement. A code's 3 magnitude bits (2 exponent, 1 mantissa) put at bf16 bits 6-8
     // (exponent field 0-3, top mantissa bit) make exactly value·2^-126, the zero exponent a subnormal that
@@ -94,11 +111,14 @@ DQ_FN uint32_t dq_decode_pair(uint32_t w, uint32_t b, uint32_t scale2, uint32_t 
 // (t = tid%4) -- that pair is byte 4c + t of the row, i.e. byte t of 32-bit word c -- as frag[2c + h].
 // ARRANGED: the row's bytes were arranged once (kernels.dequant_w4.arrange_packed) so that in every 32-byte
 // span s a thread's 8 pairs (c = 8s .. 8s + 7) are the 8 bytes at 8t: one 8-byte load instead of a 16-byte
-// load per 4 pairs of which it keeps a quarter.
+// load per 4 pairs of which it keeps a quarter. ARRANGED 2 (int4, uint4): the same 8 bytes, as two 32-bit words of
+// 4 pairs each with a pair's two codes 16 bits apart (pair j of a word at bits 4j and 16 + 4j), so that a shift
+// and one LOP3 put both codes in the two bf16 lanes, with no byte permute.
 template <int KIND, int BK, int GROUP, int BN, int SWIZZLE = 0, int ARRANGED = 0>
 DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scales_, const void* zeros_, int tid) {
   static_assert(BK % 32 == 0, "BK must be a multiple of 32 (16-byte row loads)");
   static_assert(!ARRANGED || BK % 64 == 0, "an arranged row is read in 32-byte spans: BK a multiple of 64");
+  static_assert(ARRANGED != 2 || KIND <= 1, "nibbles 16 bits apart: the int4 decode only (KIND 0 or 1)");
   static_assert(BK % GROUP == 0 || GROUP % BK == 0, "BK and GROUP must divide one another");
   constexpr int SG = BK >= GROUP ? BK / GROUP : 1;
   uint32_t* frag = reinterpret_cast<uint32_t*>(frag_);
@@ -139,7 +159,13 @@ DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scal
         for (int m = 0; m < 8; ++m) {
           const int c = 8 * s + m;
           const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
-          frag[2 * c + h] = dq_decode_pair<KIND>(u[m >> 2], (uint32_t)(m & 3), scale2[sg], offset2[sg]);
+          if (ARRANGED == 2) {
+            // nibbles 16 bits apart: pair m's two codes at bits 4j and 16 + 4j of word m / 4 (j = m % 4)
+            const uint32_t y = dq_magic_int4<KIND>(u[m >> 2] >> (4 * (m & 3)));
+            frag[2 * c + h] = dq_fma_bf16x2(dq_fma_bf16x2(y, 0x3F803F80u, offset2[sg]), scale2[sg], 0x80008000u);
+          } else {
+            frag[2 * c + h] = dq_decode_pair<KIND>(u[m >> 2], (uint32_t)(m & 3), scale2[sg], offset2[sg]);
+          }
         }
       }
     } else {

@@ -138,7 +138,9 @@ def test_tilelang_launch_passes_operands_in_kernel_order(name):
     v.launch(lambda *args: seen.append(args) or "out", ops)
     (args,) = seen
     assert len(args) == 4 and args[0] is ops["A"] and args[2] is ops["scales"]
-    assert torch.equal(args[1], dqw.arrange_packed(ops["B"])) and args[1] is ops["B_arranged"]  # arranged once
+    fmt = dqf.W4_FORMATS[name]  # arranged once, the int4 decodes' codes 16 bits apart
+    assert torch.equal(args[1], dqw.arrange_packed(ops["B"], nibbles_apart=fmt.kind <= 1))
+    assert args[1] is ops["B_arranged"]
     if dqf.W4_FORMATS[name].has_zeros:
         assert args[3] is ops["zeros"]
     else:
@@ -185,13 +187,15 @@ def test_check_tile_rejects_misfits():
 # ---------------------------------------------------------------- the CUDA decoder on the host
 
 # (KIND, BK, GROUP, BN, SWIZZLE, ARRANGED): one and two warpgroups, one or several groups per K block, the plain
-# and the swizzled packed tile (decode tiles, block_K a multiple of 256), rows as quantized and arranged
+# and the swizzled packed tile (decode tiles, block_K a multiple of 256), rows as quantized, byte-arranged (1) and
+# with a pair's codes 16 bits apart (2, the int4 decodes)
 DECODER_CONFIGS = [
     (0, 64, 128, 128, 0, 0), (0, 256, 128, 64, 0, 0), (1, 256, 128, 128, 0, 0), (1, 64, 128, 64, 0, 0),
     (2, 64, 32, 128, 0, 0), (2, 32, 32, 64, 0, 0), (3, 128, 32, 128, 0, 0), (3, 32, 32, 64, 0, 0),
     (0, 512, 128, 64, 1, 0), (1, 256, 128, 64, 1, 0), (2, 256, 32, 64, 1, 0), (3, 512, 32, 64, 1, 0),
     (0, 64, 128, 128, 0, 1), (1, 128, 128, 64, 0, 1), (2, 64, 32, 64, 0, 1), (3, 128, 32, 128, 0, 1),
     (0, 512, 128, 64, 1, 1), (1, 256, 128, 64, 1, 1), (2, 256, 32, 64, 1, 1), (3, 512, 32, 64, 1, 1),
+    (0, 64, 128, 128, 0, 2), (1, 128, 128, 64, 0, 2), (0, 512, 128, 64, 1, 2), (1, 256, 128, 64, 1, 2),
 ]
 KIND_FORMAT = {f.kind: f for f in dqf.W4_FORMATS.values()}
 
@@ -293,7 +297,8 @@ def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
         scales = torch.exp(torch.randn(SG, BN, generator=gen)).to(torch.bfloat16)
         sbytes = scales.view(torch.int16).numpy().tobytes()
     zeros = torch.randint(0, 16, (SG, BN), generator=gen).to(torch.bfloat16)
-    stored = dqw.arrange_packed(packed) if arranged else packed  # the rows as the kernel's prepare arranges them
+    # the rows as the kernel's prepare arranges them
+    stored = dqw.arrange_packed(packed, nibbles_apart=arranged == 2) if arranged else packed
     stored = swizzled(stored) if swizzle else stored  # the shared tile as kernels.dequant_w4.packed_layout stores it
     stdin = stored.numpy().tobytes() + sbytes + zeros.view(torch.int16).numpy().tobytes()
     proc = subprocess.run([str(host_decoder), str(cfg)], input=stdin, capture_output=True, check=True)
@@ -320,7 +325,8 @@ def test_compile_decode_form_sm90a(kernels, name):
     src = kernels(f"dequant_{name}", "m16n64k128_s2_t128_wrow").source
     assert re.search(VARIANTS[f"dequant_{name}"].instructions["sm_90a"], src)
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 16, 16,", src)  # m64n16k16: 16 rows of A
-    assert f"dq_decode_fragment<{dqf.W4_FORMATS[name].kind}, 128, {dqf.W4_FORMATS[name].group}, 64, 0, 1>" in src
+    fmt = dqf.W4_FORMATS[name]
+    assert f"dq_decode_fragment<{fmt.kind}, 128, {fmt.group}, 64, 0, {dqw.packed_arrangement(fmt)}>" in src
     assert "wgmma_ss" not in src and "mma_sync" not in src
 
 
@@ -339,7 +345,7 @@ def test_compile_other_targets_use_bf16_mma_sync(kernels, arch):
     """No wgmma there: the same kernel builds with mma.sync (same per-warp A fragment layout)."""
     v = VARIANTS["dequant_w4_int4_sym_g128"]
     src = kernels(v.name, "m16n64k128_s2_t128_wrow", arch).source
-    assert "dq_decode_fragment<0, 128, 128, 64, 0, 1>" in src
+    assert "dq_decode_fragment<0, 128, 128, 64, 0, 2>" in src
     assert re.search(v.instructions[arch], src) and "wgmma" not in src
 
 
@@ -369,7 +375,7 @@ def test_compile_decode_form_with_swizzled_tile_sm90a(kernels):
     """block_K 512 in a decode tile: no producer warpgroup (no setmaxnreg), the packed tile stored swizzled,
     the decoder told so."""
     src = kernels("dequant_w4_int4_sym_g128", "m8n64k512_s2_t128_wrow").source
-    assert "dq_decode_fragment<0, 512, 128, 64, 1, 1>" in src
+    assert "dq_decode_fragment<0, 512, 128, 64, 1, 2>" in src
     assert "setmaxnreg" not in src
     assert re.search(r"\^ \(\(\(int\)threadIdx\.x\) >> 4\)\) \* 16", src)  # chunk ^ row: the swizzled copy
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 8, 16,", src)
