@@ -291,16 +291,16 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     return main
 
 
-def arrange_packed(packed: torch.Tensor, nibbles_apart: bool = False) -> torch.Tensor:
+def arrange_packed(packed: torch.Tensor, arrangement: int = 1) -> torch.Tensor:
     """(rows, K/2) packed bytes as the decoder's ARRANGED forms read them: in every 32-byte span of a row,
     byte 8t + m is byte 4m + t, so the 8 pairs a fragment thread decodes there (one per 4-byte word, byte t
-    of each) are 8 contiguous bytes (ARRANGED 1). With ``nibbles_apart`` (ARRANGED 2, the int4 decode) those 8
+    of each) are 8 contiguous bytes (``arrangement`` 1). In arrangement 2 (the int4 decodes) those 8
     bytes are two little-endian 32-bit words of 4 pairs each, pair j's low code (even k) at bits 4j-4j+3 and its
     high code at bits 16+4j-19+4j, so one shift and one LOP3 place a pair in two bf16 lanes. K must be a
     multiple of 64."""
     rows, half_k = packed.shape
     spans = packed.reshape(rows, half_k // 32, 8, 4).transpose(-1, -2).contiguous()
-    if nibbles_apart:
+    if arrangement == 2:
         pairs = spans.view(torch.uint8).reshape(rows, half_k // 32, 4, 2, 2, 2)  # (.., t, word, half, pair)
         low, high = pairs & 0x0F, pairs >> 4
         # the word's byte 2h + e: codes of pairs 2h and 2h + 1, the low codes in bytes 0-1, the high ones in 2-3
@@ -320,7 +320,7 @@ def prepare_dequant_w4(ops: Operands, fmt: W4Format) -> Operands:
     """The prepare of every dequant_w4_<format> variant (untimed): the packed rows arranged for the decoder,
     and for a format without zero points an unread one-element stand-in (the kernel signature is the same
     for every format)."""
-    out = {"B_arranged": arrange_packed(ops["B"], nibbles_apart=packed_arrangement(fmt) == 2)}
+    out = {"B_arranged": arrange_packed(ops["B"], packed_arrangement(fmt))}
     if not fmt.has_zeros:
         out["zeros"] = torch.empty(1, dtype=torch.bfloat16, device=ops["A"].device)
     return out

@@ -67,35 +67,32 @@ DQ_FN void dq_load8(const uint8_t* p, uint32_t w[2]) {
 #endif
 }
 
-// The two nibbles at bits 0-3 and 16-19 of x as bf16 128 + c (c in the mantissa: exact); for int4 (KIND 0) the
-// XOR with 8 as well turns a two's complement nibble q into c = q + 8
+// The two codes of one K pair at bits 0-3 (the even k) and 16-19 of x (other bits anything), of an int4 decode
+// (KIND 0 or 1), to the bf16 pair {value(lo), value(hi)} * scale with one rounding. Masked and OR-ed with 0x4300
+// in one LOP3, each lane is bf16 128 + c (c sits in the mantissa: exact); for int4 the XOR with 8 as well turns a
+// two's complement code q into c = q + 8. Then 1 * y + (-(128 + z)) = c - z exactly (z = 8 for int4).
 template <int KIND>
-DQ_FN uint32_t dq_magic_int4(uint32_t x) {
-  return dq_and_xor(x, 0x000F000Fu, KIND == 0 ? 0x43084308u : 0x43004300u);
+DQ_FN uint32_t dq_int4_pair(uint32_t x, uint32_t scale2, uint32_t offset2) {
+  const uint32_t y = dq_and_xor(x, 0x000F000Fu, KIND == 0 ? 0x43084308u : 0x43004300u);
+  return dq_fma_bf16x2(dq_fma_bf16x2(y, 0x3F803F80u, offset2), scale2, 0x80008000u);  // v * s + (-0): one rounding
 }
 
 // One K pair of one row: byte b (0-3) of word w holds its two codes (the low nibble the even k), decoded
 // to the bf16 pair {value(lo), value(hi)} * scale with one rounding (KIND as in dq_decode_fragment).
 template <int KIND>
 DQ_FN uint32_t dq_decode_pair(uint32_t w, uint32_t b, uint32_t scale2, uint32_t offset2) {
-  uint32_t v;
   if (KIND <= 1) {
-    // x: byte 0 = byte b of w, byte 2 = byte b of w >> 4, so the masked lanes hold the low and the high
-    // nibble at bits 0-3 of each half. OR-ing 0x4300 gives bf16 128 + c (c sits in the mantissa: exact);
-    // XOR-ing 8 as well turns a two's complement nibble q into c = q + 8. Then 1 * y + (-(128 + z)) = c - z
-    // exactly (z = 8 for int4).
-    const uint32_t x = dq_prmt(w, w >> 4, b | (b << 4) | ((b + 4) << 8) | ((b + 4) << 12));
-    v = dq_fma_bf16x2(dq_magic_int4<KIND>(x), 0x3F803F80u, offset2);
-  } else {
-    // e2m1 by bit placement. A code's 3 magnitude bits (2 exponent, 1 mantissa) put at bf16 bits 6-8
-    // (exponent field 0-3, top mantissa bit) make exactly value·2^-126, the zero exponent a subnormal that
-    // gives 0 and 0.5·2^-126 as e2m1's own subnormal does; the sign goes to bit 15. One prmt places both
-    // nibbles: byte 0 = byte b of w << 4 (the low nibble at bits 4-7), byte 1 = that byte's sign (bit 7)
-    // replicated, bytes 2-3 the same for the high nibble from w; then << 2 and one mask. The exact · 2^126 is
-    // one fma; the scale's fma below rounds once.
-    const uint32_t x = dq_prmt(w << 4, w, b | ((b | 8) << 4) | ((b + 4) << 8) | ((b + 12) << 12));
-    v = dq_fma_bf16x2((x << 2) & 0x81C081C0u, 0x7E807E80u, 0x80008000u);
+    // byte 0 of x = byte b of w, byte 2 = byte b of w >> 4: the low and the high code at bits 0-3 of each half
+    return dq_int4_pair<KIND>(dq_prmt(w, w >> 4, b | (b << 4) | ((b + 4) << 8) | ((b + 4) << 12)), scale2, offset2);
   }
+  // e2m1 by bit placement. A code's 3 magnitude bits (2 exponent, 1 mantissa) put at bf16 bits 6-8
+  // (exponent field 0-3, top mantissa bit) make exactly value·2^-126, the zero exponent a subnormal that
+  // gives 0 and 0.5·2^-126 as e2m1's own subnormal does; the sign goes to bit 15. One prmt places both
+  // nibbles: byte 0 = byte b of w << 4 (the low nibble at bits 4-7), byte 1 = that byte's sign (bit 7)
+  // replicated, bytes 2-3 the same for the high nibble from w; then << 2 and one mask. The exact · 2^126 is
+  // one fma; the scale's fma rounds once.
+  const uint32_t x = dq_prmt(w << 4, w, b | ((b | 8) << 4) | ((b + 4) << 8) | ((b + 12) << 12));
+  const uint32_t v = dq_fma_bf16x2((x << 2) & 0x81C081C0u, 0x7E807E80u, 0x80008000u);
   return dq_fma_bf16x2(v, scale2, 0x80008000u);  // v * s + (-0): one rounding
 }
 
@@ -159,13 +156,10 @@ DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scal
         for (int m = 0; m < 8; ++m) {
           const int c = 8 * s + m;
           const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
-          if (ARRANGED == 2) {
-            // nibbles 16 bits apart: pair m's two codes at bits 4j and 16 + 4j of word m / 4 (j = m % 4)
-            const uint32_t y = dq_magic_int4<KIND>(u[m >> 2] >> (4 * (m & 3)));
-            frag[2 * c + h] = dq_fma_bf16x2(dq_fma_bf16x2(y, 0x3F803F80u, offset2[sg]), scale2[sg], 0x80008000u);
-          } else {
-            frag[2 * c + h] = dq_decode_pair<KIND>(u[m >> 2], (uint32_t)(m & 3), scale2[sg], offset2[sg]);
-          }
+          // ARRANGED 2: pair m's two codes at bits 4j and 16 + 4j of word m / 4 (j = m % 4)
+          frag[2 * c + h] = ARRANGED == 2
+              ? dq_int4_pair<KIND>(u[m >> 2] >> (4 * (m & 3)), scale2[sg], offset2[sg])
+              : dq_decode_pair<KIND>(u[m >> 2], (uint32_t)(m & 3), scale2[sg], offset2[sg]);
         }
       }
     } else {

@@ -139,7 +139,7 @@ def test_tilelang_launch_passes_operands_in_kernel_order(name):
     (args,) = seen
     assert len(args) == 4 and args[0] is ops["A"] and args[2] is ops["scales"]
     fmt = dqf.W4_FORMATS[name]  # arranged once, the int4 decodes' codes 16 bits apart
-    assert torch.equal(args[1], dqw.arrange_packed(ops["B"], nibbles_apart=fmt.kind <= 1))
+    assert torch.equal(args[1], dqw.arrange_packed(ops["B"], 2 if fmt.kind <= 1 else 1))
     assert args[1] is ops["B_arranged"]
     if dqf.W4_FORMATS[name].has_zeros:
         assert args[3] is ops["zeros"]
@@ -298,7 +298,7 @@ def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
         sbytes = scales.view(torch.int16).numpy().tobytes()
     zeros = torch.randint(0, 16, (SG, BN), generator=gen).to(torch.bfloat16)
     # the rows as the kernel's prepare arranges them
-    stored = dqw.arrange_packed(packed, nibbles_apart=arranged == 2) if arranged else packed
+    stored = dqw.arrange_packed(packed, arranged) if arranged else packed
     stored = swizzled(stored) if swizzle else stored  # the shared tile as kernels.dequant_w4.packed_layout stores it
     stdin = stored.numpy().tobytes() + sbytes + zeros.view(torch.int16).numpy().tobytes()
     proc = subprocess.run([str(host_decoder), str(cfg)], input=stdin, capture_output=True, check=True)
