@@ -227,29 +227,46 @@ def validate(cfg: dict, overrides: dict | None = None, check_shapes: bool = True
 
 
 def check_zoo(cfg: dict) -> None:
-    """Zoo entries are config entries (a registered variant the config does not run is skipped), not library
-    peers, and run the zoo's distributions."""
+    """Zoo entries (``zoo.entries`` and a layer's own ``entries``) are config entries (a registered variant the
+    config does not run is skipped), not library peers, and run the zoo's distributions."""
     zoo = cfg.get("zoo")
     if not zoo:
         return
-    for i, entry in enumerate(zoo["entries"]):
-        if entry not in cfg["variants"]:
-            if entry in VARIANTS:  # a config that drops the variant (variants: {name: null}) drops its zoo
-                continue
-            raise ConfigError(f"zoo.entries.{i}: {entry!r} is not a config entry (variants: {', '.join(cfg['variants'])})")
-        if VARIANTS[cfg["variants"][entry].get("uses", entry)].family == "baseline":
-            raise ConfigError(f"zoo.entries.{i}: {entry} is a library peer; list the variants, their peers come with them")
-        missing = set(zoo["distributions"]) - set(cfg["variants"][entry].get("distributions") or cfg["distributions"])
-        if missing:
-            raise ConfigError(f"zoo.distributions: {entry} (zoo.entries.{i}) does not run {sorted(missing)}")
+    lists = [("zoo.entries", zoo["entries"])] + [(f"zoo.layers.{j}.entries", layer["entries"])
+                                                 for j, layer in enumerate(zoo["layers"]) if "entries" in layer]
+    for where, entries in lists:
+        for i, entry in enumerate(entries):
+            if entry not in cfg["variants"]:
+                if entry in VARIANTS:  # a config that drops the variant (variants: {name: null}) drops its zoo
+                    continue
+                raise ConfigError(f"{where}.{i}: {entry!r} is not a config entry (variants: {', '.join(cfg['variants'])})")
+            if VARIANTS[cfg["variants"][entry].get("uses", entry)].family == "baseline":
+                raise ConfigError(f"{where}.{i}: {entry} is a library peer; list the variants, their peers come with them")
+            missing = set(zoo["distributions"]) - set(cfg["variants"][entry].get("distributions") or cfg["distributions"])
+            if missing:
+                raise ConfigError(f"zoo.distributions: {entry} ({where}.{i}) does not run {sorted(missing)}")
 
 
 def zoo_layers(cfg: dict) -> dict[str, list[str]]:
     """{shape: ["<model> <layer>", ...]} of the config's zoo (a shape two layers share lists both)."""
     out: dict[str, list[str]] = {}
     for layer in cfg.get("zoo", {}).get("layers", []):
+        name = f"{layer['model']} {layer['layer']}"
         for M in layer["M"]:
-            out.setdefault(f"{M}x{layer['N']}x{layer['K']}", []).append(f"{layer['model']} {layer['layer']}")
+            names = out.setdefault(f"{M}x{layer['N']}x{layer['K']}", [])
+            names += [name] if name not in names else []  # one layer listed twice, for two sets of entries
+    return out
+
+
+def zoo_layer_entries(cfg: dict) -> dict[str, list[str]]:
+    """{shape: [entry, ...]}: the config entries that time each zoo shape, a layer's own ``entries`` or else
+    ``zoo.entries`` (a shape two layers share: both lists, in config order); their peers come with them."""
+    zoo = cfg.get("zoo") or {}
+    out: dict[str, list[str]] = {}
+    for layer in zoo.get("layers", []):
+        for M in layer["M"]:
+            have = out.setdefault(f"{M}x{layer['N']}x{layer['K']}", [])
+            have += [e for e in layer.get("entries", zoo["entries"]) if e not in have]
     return out
 
 
@@ -512,8 +529,8 @@ def check_shapes_fit_formats(cfg: dict) -> None:
         fmt = variant.input_format
         # the compile check builds every TileLang kernel at the cpu_compile shapes too
         kinds = ("cpu", "gpu", "cpu_compile") if variant.kernel is not None else ("cpu", "gpu")
-        zoo = list(zoo_layers(cfg))
-        for kind in (*kinds, "zoo") if name in cfg.get("zoo", {}).get("entries", []) else kinds:
+        zoo = [s for s, entries in zoo_layer_entries(cfg).items() if name in entries]
+        for kind in (*kinds, "zoo") if zoo else kinds:
             own = zoo if kind == "zoo" else vcfg.get("shapes", {}).get(kind)
             for shape in own or cfg["sweeps"][kind]:
                 K = parse_shape(shape)[2]
@@ -594,7 +611,8 @@ class Plan:
         self._choices: dict = {}
         self._models: dict = {}
         self._zoo_layers = zoo_layers(config)
-        self._zoo_entries = self._timing_the_zoo()
+        self._zoo_timers = self._timing_the_zoo()
+        self._zoo_entries = [e for e in self.entries if self.zoo_shapes(e)]
 
     # ------------------------------------------------------------ the shape zoo
     def zoo_layers(self) -> dict[str, list[str]]:
@@ -602,20 +620,28 @@ class Plan:
         return self._zoo_layers
 
     def zoo_entries(self) -> list[str]:
-        """The entries that time the zoo: the config's zoo entries and the entries of their peers."""
+        """The entries that time zoo shapes beyond their sweeps: the config's zoo entries (``zoo.entries`` and the
+        layers' own) and entries of their peers."""
         return self._zoo_entries
 
-    def _timing_the_zoo(self) -> list[str]:
-        own = [e for e in self.config.get("zoo", {}).get("entries", []) if e in self.entries]
-        peers = {b for e in own for b in (self.impl(e).baseline, self.impl(e).second_baseline) if b}
-        return own + [e for e in self.entries if e not in own and self.impl(e).name in peers]
+    def _timing_the_zoo(self) -> dict[str, set[str]]:
+        """{shape: entries}: per zoo shape, the entries listed for it (``zoo_layer_entries``) that the plan runs,
+        and for each of their peers one entry running that registered variant (the one ``peer_entry`` pairs
+        with): one whose sweep has the shape already, else the first."""
+        out = {}
+        for shape, listed in zoo_layer_entries(self.config).items():
+            own = {e for e in listed if e in self.entries}
+            peers = {b for e in own for b in (self.impl(e).baseline, self.impl(e).second_baseline) if b}
+            for peer in peers:
+                running = [e for e in self.entries if self.impl(e).name == peer]
+                own |= {next((e for e in running if shape in self.variant_shapes(e, "gpu")), running[0])} if running else set()
+            out[shape] = own
+        return out
 
     def zoo_shapes(self, entry: str) -> list[str]:
         """The zoo shapes an entry times beyond its own GPU sweep ([] if it does not time the zoo)."""
-        if entry not in self._zoo_entries:
-            return []
         sweep = set(self.variant_shapes(entry, "gpu"))
-        return [s for s in self._zoo_layers if s not in sweep]
+        return [s for s in self._zoo_layers if entry in self._zoo_timers[s] and s not in sweep]
 
     def zoo_dists(self, entry: str) -> list[str]:
         return [d for d in self.config.get("zoo", {}).get("distributions", []) if d in self.variant_dists(entry)] \

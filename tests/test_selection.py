@@ -191,6 +191,41 @@ def test_the_zoo_is_planned_for_its_entries_and_their_peers_at_its_distributions
         validate(cfg, check_shapes=False)
 
 
+def test_a_zoo_layer_with_its_own_entries_is_timed_by_them_and_their_peers_only():
+    plan = Plan(dict(CONFIG, run_on=["h200"]))
+    qwen_down = "1x3584x18944"  # a W4A16 zoo layer (Qwen2.5-7B mlp down_proj) at M = 1
+    for entry in [*DEQUANT, "humming_w4_int4_g128", "tinygemm_w4_g128", "cublas_bf16"]:
+        assert qwen_down in plan.zoo_shapes(entry), entry
+    for entry in ["fp8_e4m3_ws", "cublas_fp8_e4m3", "cublas_bf16_w4_shapes", "torch_dequant_matmul_w4_int4_sym_g128"]:
+        assert qwen_down not in plan.zoo_shapes(entry), entry
+    # a shape two layers share (the fp8 zoo's and the W4A16 zoo's Llama-3.1-8B q+k+v at M = 16): both lists time it,
+    # under one name
+    assert "16x6144x4096" in plan.zoo_shapes("fp8_e4m3_ws") and "16x6144x4096" in plan.zoo_shapes("dequant_w4_mxfp4")
+    assert plan.zoo_layers()["16x6144x4096"] == ["Llama-3.1-8B self_attn q+k+v (fused)"]
+    # the peer one entry pairs with is the one timing the shape: the zoo's, or at a shape of the family's own sweep
+    # the entry whose sweep it is (no second cuBLAS run of it)
+    assert plan.peer_entry("dequant_w4_int4_sym_g128", "baseline", "normal", qwen_down) == "cublas_bf16"
+    assert plan.peer_entry("dequant_w4_int4_sym_g128", "baseline", "normal", "1x4096x14336") == "cublas_bf16_w4_shapes"
+    assert "cublas_bf16_w4_shapes" not in plan.zoo_entries()
+    for entries, why in ((["cublas_bf16"], "zoo.layers.8.entries.0: cublas_bf16 is a library peer"),
+                         (["dequant_w4_mxfp4", "nope"], "zoo.layers.8.entries.1: 'nope' is not a config entry")):
+        cfg = yaml.safe_load(yaml.safe_dump(CONFIG))
+        cfg["zoo"]["layers"][8]["entries"] = entries
+        with pytest.raises(ConfigError, match=why):
+            validate(cfg, check_shapes=False)
+
+
+def test_the_w4a16_zoo_covers_four_model_families_at_every_token_count_with_a_tile_for_each_layer():
+    """Issue 44's zoo: at least 16 layers of at least four public model families timed by the dequantize entries,
+    each at M = 1, 16, 64, 256 and 2048, hidden sizes that are no multiple of 1024 among them, and every layer a
+    shape the dequantize tiles take (N a multiple of 64, K of 128)."""
+    layers = [la for la in CONFIG["zoo"]["layers"] if set(DEQUANT) <= set(la.get("entries", []))]
+    assert len(layers) >= 16 and len({la["model"].split("-")[0] for la in layers}) >= 4
+    assert all(set(la["M"]) >= {1, 16, 64, 256, 2048} for la in layers)
+    assert any(la["K"] % 1024 for la in layers) and any(la["N"] % 1024 for la in layers)
+    assert all(la["N"] % 64 == 0 and la["K"] % 128 == 0 for la in layers)
+
+
 def test_the_gpus_queue_takes_next_the_run_job_whose_cpu_jobs_left_are_cheapest():
     plan = Plan(dict(CONFIG, run_on=["h200"]))
     queue = plan.gpu_queue
