@@ -592,6 +592,12 @@ def tune_record(platform: str, entry: str, shape: str) -> str:
     return f"results/{platform}/tuning/{entry}/{shape}.json"
 
 
+def kept_tune_path(platform: str, entry: str, shape: str) -> str:
+    """Where a tune job keeps each shape it finished until the whole job has: outside its outputs, which
+    snakemake deletes when a job stops part-way, so that the job's next run times only the rest."""
+    return f"results/logs/{platform}/tuning/kept/{entry}/{shape}.json"
+
+
 class Plan:
     """What a validated config plans: the platforms to run, each entry's shapes, tiles and outputs.
     Constructing it resolves ``run_on`` and checks every planned platform's catalogue entry."""

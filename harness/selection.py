@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import re
 import shutil
@@ -380,6 +381,25 @@ def tune_record(key: dict, dist: str, input_sha256, candidates: list, rows: list
               if best and first and first["status"] == "ok" and first["time_ms_median"] else None)
     return {"key": key, "dist": dist, "input_sha256": input_sha256, "winner": best["tile"] if best else None,
             "model_pick": first["tile"] if first else None, "regret": regret, "candidates": out, "env": env or {}}
+
+
+def tune_stamp(key: dict, candidates: list, dist: str, manifest_file: str | Path, tolerance: dict, timing: dict) -> str:
+    """What a finished shape of a tune job was measured under, beyond its key: the candidates in the model's
+    order, the distribution, the input set (its manifest's bytes), the tolerance and the timing. A kept record
+    is reused only under the same stamp."""
+    given = {"key": key, "candidates": candidates, "dist": dist, "tolerance": tolerance, "timing": timing,
+             "manifest_sha256": hashlib.sha256(Path(manifest_file).read_bytes()).hexdigest()}
+    return hashlib.sha256(json.dumps(given, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def kept_tune_record(path: str | Path, stamp: str) -> dict | None:
+    """The record a stopped tune job kept for one shape (``kept_tune_path``), if it was made under ``stamp``;
+    None if there is none, it is unreadable or anything it was measured under has changed."""
+    try:
+        kept = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return kept.get("record") if isinstance(kept, dict) and kept.get("stamp") == stamp else None
 
 
 def staleness(record: dict, variant: str, shape: str, arch: str, gpu_match: str) -> str | None:

@@ -262,7 +262,7 @@ def tiny_config() -> dict:
     jobs, so that a cluster batches them) and the bf16 peer, two small shapes, one distribution."""
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg["run_on"] = ["cpu"]
-    cfg.pop("zoo")  # 24 GPU shapes of real models: the tiny GPU sweep has one
+    cfg.pop("zoo")  # about a hundred GPU shapes of real models: the tiny GPU sweep has one
     cfg["distributions"] = ["normal"]
     cfg["targets"] = ["sm_90a"]
     cfg["sweeps"] = {"cpu": ["64x128x128", "48x64x128"], "gpu": ["64x128x128"], "cpu_compile": ["64x128x128"]}

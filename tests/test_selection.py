@@ -420,6 +420,9 @@ from harness.plan import load_config
 from harness.selection import PlatformModel, predict_us
 
 def run_gpu(variant, A, B, ops, tiles, arch, tolerance, reps, warmup, compiled=None, pairing=None):
+    import os
+    if os.environ.get("LPGEMM_TEST_STOP_AT") == f"{A.shape[0]}x{B.shape[0]}x{A.shape[1]}":
+        os._exit(1)  # the machine taken away while this shape is timed
     model = PlatformModel.from_config("h200", load_config()["platforms"]["h200"])
     rows = []
     for i, tile in enumerate(tiles):
@@ -432,20 +435,51 @@ harness.runner.run_gpu = run_gpu
 """
 
 
-@pytest.mark.workflow
-def test_a_tune_job_on_a_fake_h200_times_the_models_candidates_and_the_run_then_uses_the_winner(tmp_path, monkeypatch):
-    """Runs the pipeline's tune job (it compiles two kernels, about 20 s) on a fake H200 (nvidia-smi and torch
-    say so; FAKE_GPU times each compiled tile at the model's prediction, its first pick 1.5x slower): the
-    record holds both candidates with their compile outcome, the winner and the model's regret, and a run
-    planned afterwards compiles and times the winner."""
-    cfg = tiny_config() | {"run_on": ["h200"], "tile_selection": {"model_picks": 1, "tune_candidates": 2}}
-    cfg["sweeps"]["gpu"] = ["64x128x128"]
+def _fake_h200_tune(tmp_path, monkeypatch, shapes: list[str], candidates: int):
+    """A copy of the workflow that tunes fp8_e4m3_ws at ``shapes`` (the model's best ``candidates`` tiles) on a fake
+    H200 (nvidia-smi and torch say so; FAKE_GPU times the tiles), with no committed tuned table."""
+    cfg = tiny_config() | {"run_on": ["h200"], "tile_selection": {"model_picks": 1, "tune_candidates": candidates}}
+    cfg["sweeps"]["gpu"] = shapes
     cfg["variants"] = {"fp8_e4m3_ws": {"tiles": {"default": ["m128n256k128_s3_t384_z16"]},
                                        "tolerance": cfg["variants"]["fp8_e4m3"]["tolerance"]}}
     wf = copy_workflow(tmp_path / "wf", cfg)
     shutil.rmtree(wf / "results/published/h200/tuning", ignore_errors=True)
     (wf / "sitecustomize.py").write_text(FAKE_GPU)
     on_path(monkeypatch, fake_nvidia_smi(tmp_path, "NVIDIA H200", "9.0"))
+    return wf
+
+
+@pytest.mark.workflow
+def test_a_tune_job_stopped_part_way_keeps_its_finished_shapes_and_times_only_the_rest(tmp_path, monkeypatch):
+    """A tune job on a fake H200 dies while timing its second shape: snakemake deletes the job's outputs, but the
+    first shape's record is kept; the next run reuses it (and compiles nothing for it), tunes the second, and
+    once the job is whole keeps nothing, so a forced rerun tunes afresh."""
+    from harness.plan import kept_tune_path
+
+    shapes = ["64x128x128", "64x256x128"]
+    wf = _fake_h200_tune(tmp_path, monkeypatch, shapes, candidates=1)
+    first, second = (f"results/h200/tuning/fp8_e4m3_ws/{s}.json" for s in shapes)
+    kept_first, kept_second = (wf / kept_tune_path("h200", "fp8_e4m3_ws", s) for s in shapes)
+    monkeypatch.setenv("LPGEMM_TEST_STOP_AT", "64x256x128")
+    assert snakemake(wf, "results/published/h200/tuning/fp8", check=False).returncode != 0
+    assert not (wf / first).exists() and not (wf / second).exists()  # the stopped job's outputs are gone
+    assert kept_first.exists() and not kept_second.exists()
+    kept = json.loads(kept_first.read_text())["record"]
+    monkeypatch.delenv("LPGEMM_TEST_STOP_AT")
+    snakemake(wf, "results/published/h200/tuning/fp8")
+    log = (wf / "results/logs/h200/tuning/fp8_e4m3_ws.log").read_text()
+    assert "reusing the records of 1 shapes" in log
+    assert json.loads((wf / first).read_text()) == kept and json.loads((wf / second).read_text())["winner"]
+    assert not kept_first.exists() and not kept_second.exists()
+
+
+@pytest.mark.workflow
+def test_a_tune_job_on_a_fake_h200_times_the_models_candidates_and_the_run_then_uses_the_winner(tmp_path, monkeypatch):
+    """Runs the pipeline's tune job (it compiles two kernels, about 20 s) on a fake H200 (nvidia-smi and torch
+    say so; FAKE_GPU times each compiled tile at the model's prediction, its first pick 1.5x slower): the
+    record holds both candidates with their compile outcome, the winner and the model's regret, and a run
+    planned afterwards compiles and times the winner."""
+    wf = _fake_h200_tune(tmp_path, monkeypatch, ["64x128x128"], candidates=2)
     target = "results/h200/tuning/fp8_e4m3_ws/64x128x128.json"
     snakemake(wf, target)
     rec = json.loads((wf / target).read_text())
