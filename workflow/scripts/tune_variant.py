@@ -1,10 +1,10 @@
 # Tune one entry on one GPU platform (workflow/rules/tune.smk): compile every shape's candidates in
 # parallel, then check and time them shape by shape exactly as a run does (harness.runner.run_gpu), and
 # write one record per shape. A shape that cannot be tuned (a corrupt input, a crash) gets a record
-# without a winner, saying why; runs then use the model's pick there. Each finished shape is also kept
+# without a winner, saying why; runs then use the model's pick there. Each shape with a winner is also kept
 # (harness.plan.kept_tune_path) until the job ends: a job stopped part-way (a time limit, the machine
-# taken away) loses only the shape it was timing, and its next run reuses what it kept under the same key,
-# candidates, inputs, tolerance and timing.
+# taken away) loses only the shape it was timing, and its next run reuses each kept winner found under the
+# same key, candidates, inputs, tolerance and timing.
 import checkout_first  # noqa: F401  (this checkout first on sys.path)
 
 from pathlib import Path
@@ -61,7 +61,8 @@ for (shape, dist), fp32, fmt_file, manifest_file, out in zip(p.points, snakemake
                                compiled={t: compiled[shape, t] for t, _ in candidates}, env=env)
     print(shape, "winner", written[out]["winner"], "model regret", written[out]["regret"], flush=True)
     write_json(out, written[out])
-    write_json(kept_tune_path(wc.platform, p.entry, shape), {"stamp": stamps[shape], "record": written[out]})
+    if written[out]["winner"]:  # a shape without one (a crash, no candidate passing) is tried again
+        write_json(kept_tune_path(wc.platform, p.entry, shape), {"stamp": stamps[shape], "record": written[out]})
 restore_missing(written)
 for shape, _ in p.points:  # the job is whole: a forced rerun tunes afresh
     Path(kept_tune_path(wc.platform, p.entry, shape)).unlink(missing_ok=True)
