@@ -383,23 +383,32 @@ def tune_record(key: dict, dist: str, input_sha256, candidates: list, rows: list
             "model_pick": first["tile"] if first else None, "regret": regret, "candidates": out, "env": env or {}}
 
 
-def tune_stamp(key: dict, candidates: list, dist: str, manifest_file: str | Path, tolerance: dict, timing: dict) -> str:
+def tune_stamp(key: dict, candidates: list, dist: str, manifest_file: str | Path, fmt: str, tolerance: dict,
+               timing: dict) -> str | None:
     """What a finished shape of a tune job was measured under, beyond its key: the candidates in the model's
-    order, the distribution, the input set (its manifest's bytes), the tolerance and the timing. A kept record
-    is reused only under the same stamp."""
-    given = {"key": key, "candidates": candidates, "dist": dist, "tolerance": tolerance, "timing": timing,
-             "manifest_sha256": hashlib.sha256(Path(manifest_file).read_bytes()).hexdigest()}
+    order, the distribution, the inputs (the sha256 of the unquantized tensors and of format ``fmt``'s, from the
+    input set's manifest: the same on any host that builds them), the tolerance and the timing. A kept record
+    is reused only under the same stamp; None where the manifest cannot be read (the shape is tuned again)."""
+    from harness.inputs import CorruptInput, format_entry, read_manifest
+
+    try:
+        m = read_manifest(manifest_file)
+        inputs = {"fp32": m["fp32"]["tensors"], "format": format_entry(m, fmt, manifest_file)["tensors"]}
+    except (CorruptInput, OSError, KeyError, TypeError):
+        return None
+    given = {"key": key, "candidates": candidates, "dist": dist, "inputs": inputs, "tolerance": tolerance,
+             "timing": timing}
     return hashlib.sha256(json.dumps(given, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def kept_tune_record(path: str | Path, stamp: str) -> dict | None:
+def kept_tune_record(path: str | Path, stamp: str | None) -> dict | None:
     """The record a stopped tune job kept for one shape (``kept_tune_path``), if it was made under ``stamp``;
     None if there is none, it is unreadable or anything it was measured under has changed."""
     try:
         kept = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
-    return kept.get("record") if isinstance(kept, dict) and kept.get("stamp") == stamp else None
+    return kept.get("record") if stamp and isinstance(kept, dict) and kept.get("stamp") == stamp else None
 
 
 def staleness(record: dict, variant: str, shape: str, arch: str, gpu_match: str) -> str | None:

@@ -7,20 +7,19 @@
 # same key, candidates, inputs, tolerance and timing.
 import checkout_first  # noqa: F401  (this checkout first on sys.path)
 
-from pathlib import Path
-
 from harness.atomic import write_json
 from harness.jobs import gpu_lock, restore_missing, setup
 
 setup(snakemake)
 import traceback  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from harness.compile import error_summary  # noqa: E402
 from harness.device import check_landed, environment_tags  # noqa: E402
 from harness.inputs import load_point  # noqa: E402
-from harness.runner import run_gpu  # noqa: E402
 from harness.plan import kept_tune_path  # noqa: E402
+from harness.runner import run_gpu  # noqa: E402
 from harness.selection import kept_tune_record, tune_key, tune_record, tune_stamp  # noqa: E402
 from harness.tryout import compile_job  # noqa: E402
 from kernels.registry import get_variant  # noqa: E402
@@ -31,7 +30,7 @@ variant = get_variant(p.variant)
 check_landed(wc.platform, p.platform_spec)
 env = environment_tags()
 keys = {shape: tune_key(variant.name, shape, p.arch, env["gpu_name"]) for shape, _ in p.points}
-stamps = {shape: tune_stamp(keys[shape], p.candidates[shape], dist, manifest, p.tolerance, p.timing)
+stamps = {shape: tune_stamp(keys[shape], p.candidates[shape], dist, manifest, variant.input_format, p.tolerance, p.timing)
           for (shape, dist), manifest in zip(p.points, snakemake.input.manifest, strict=True)}
 kept = {shape: rec for shape, _ in p.points
         if (rec := kept_tune_record(kept_tune_path(wc.platform, p.entry, shape), stamps[shape])) is not None}
@@ -61,7 +60,7 @@ for (shape, dist), fp32, fmt_file, manifest_file, out in zip(p.points, snakemake
                                compiled={t: compiled[shape, t] for t, _ in candidates}, env=env)
     print(shape, "winner", written[out]["winner"], "model regret", written[out]["regret"], flush=True)
     write_json(out, written[out])
-    if written[out]["winner"]:  # a shape without one (a crash, no candidate passing) is tried again
+    if written[out]["winner"] and stamps[shape]:  # a shape without one (a crash, no candidate passing) is tried again
         write_json(kept_tune_path(wc.platform, p.entry, shape), {"stamp": stamps[shape], "record": written[out]})
 restore_missing(written)
 for shape, _ in p.points:  # the job is whole: a forced rerun tunes afresh
