@@ -524,12 +524,13 @@ def check_shapes_fit_formats(cfg: dict) -> None:
     import torch
 
     verdict = {}
+    zoo_timers = zoo_layer_entries(cfg)
     for name, vcfg in cfg["variants"].items():
         variant = VARIANTS[vcfg.get("uses", name)]
         fmt = variant.input_format
         # the compile check builds every TileLang kernel at the cpu_compile shapes too
         kinds = ("cpu", "gpu", "cpu_compile") if variant.kernel is not None else ("cpu", "gpu")
-        zoo = [s for s, entries in zoo_layer_entries(cfg).items() if name in entries]
+        zoo = [s for s, entries in zoo_timers.items() if name in entries]
         for kind in (*kinds, "zoo") if zoo else kinds:
             own = zoo if kind == "zoo" else vcfg.get("shapes", {}).get(kind)
             for shape in own or cfg["sweeps"][kind]:
@@ -634,13 +635,15 @@ class Plan:
         """{shape: entries}: per zoo shape, the entries listed for it (``zoo_layer_entries``) that the plan runs,
         and for each of their peers one entry running that registered variant (the one ``peer_entry`` pairs
         with): one whose sweep has the shape already, else the first."""
+        running: dict[str, list[str]] = {}  # registered variant -> the entries running it, in config order
+        for e in self.entries:
+            running.setdefault(self.impl(e).name, []).append(e)
         out = {}
         for shape, listed in zoo_layer_entries(self.config).items():
             own = {e for e in listed if e in self.entries}
-            peers = {b for e in own for b in (self.impl(e).baseline, self.impl(e).second_baseline) if b}
+            peers = {b for e in own for b in (self.impl(e).baseline, self.impl(e).second_baseline) if b in running}
             for peer in peers:
-                running = [e for e in self.entries if self.impl(e).name == peer]
-                own |= {next((e for e in running if shape in self.variant_shapes(e, "gpu")), running[0])} if running else set()
+                own.add(next((e for e in running[peer] if shape in self.variant_shapes(e, "gpu")), running[peer][0]))
             out[shape] = own
         return out
 

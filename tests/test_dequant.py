@@ -139,9 +139,9 @@ def test_tilelang_launch_passes_operands_in_kernel_order(name):
     (args,) = seen
     assert len(args) == 4 and args[0] is ops["A"] and args[2] is ops["scales"]
     fmt = dqf.W4_FORMATS[name]  # arranged once, the int4 decodes' codes 16 bits apart
-    assert torch.equal(args[1], dqw.arrange_packed(ops["B"], 2 if fmt.kind <= 1 else 1))
+    assert torch.equal(args[1], dqw.arrange_packed(ops["B"], dqw.packed_arrangement(fmt)))
     assert args[1] is ops["B_arranged"]
-    if dqf.W4_FORMATS[name].has_zeros:
+    if fmt.has_zeros:
         assert args[3] is ops["zeros"]
     else:
         assert args[3].shape == (1,) and args[3].dtype == torch.bfloat16
