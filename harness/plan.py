@@ -741,6 +741,9 @@ class Plan:
         if spec["arch"] not in self.targets:
             raise ConfigError(f"platforms.{platform}.arch: {spec['arch']} is not one of targets {self.targets}; "
                               f"add it there to run on {platform}")
+        if spec.get("cluster_sms", 0) > spec["sms"]:
+            raise ConfigError(f"platforms.{platform}.cluster_sms: {spec['cluster_sms']} is more than its sms "
+                              f"({spec['sms']}); clusters fill at most every SM")
         for entry in self.entries:
             precision = self.impl(entry).precision
             if precision not in spec["peak"]:

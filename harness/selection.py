@@ -47,7 +47,11 @@ class Constants:
     - ``sm_GBps``: the most one SM pulls from L2/HBM;
     - ``tile_us``: per-tile cost outside the K loop (ring fill after the epilogue, the store);
     - ``hbm_eff``: fraction of the datasheet HBM bandwidth the kernel streams its unique bytes at;
-    - ``kblock_us``: per K block, the ring's barrier round trip and the wgmma batch's issue and wait;
+    - ``kblock_us``: per K block, the ring's barrier round trip and the wgmma batch's issue and wait (in a
+      kernel of resident CTAs: the latency of one CTA's chain of a K block, load wait, decode, wgmma and its
+      wait, which other CTAs on the SM hide but the CTA itself does not);
+    - ``kblock_issue_us``: per K block of a kernel of resident CTAs, the issue time of what does not scale with
+      the block (scale loads, addresses, barriers, the wgmma fence and wait), which every CTA on the SM spends;
     - ``held_stages``: ring stages the consumers hold, not in flight (a warp-specialized consumer: two, one
       wgmma batch retiring and one running; fewer where a kernel has a second, deeper ring, as int4_ws's
       packed one);
@@ -66,13 +70,14 @@ class Constants:
     held_stages: float = 2.0
     launch_us: float = 4.0
     decode_Gps: float = 100.0
+    kblock_issue_us: float = 0.07
 
     FITTED = ("mma_eff", "n_half", "one_consumer", "latency_us", "sm_GBps", "tile_us", "hbm_eff", "kblock_us",
               "held_stages")
     # a kernel of resident CTAs (``TileSpace.ctas_per_sm``: the W4A16 kernels) has no 64-row consumer rate but
     # a decode rate
     FITTED_RESIDENT = ("mma_eff", "n_half", "latency_us", "sm_GBps", "tile_us", "hbm_eff", "kblock_us",
-                       "held_stages", "decode_Gps")
+                       "held_stages", "decode_Gps", "kblock_issue_us")
 
 
 def resident(variant: Variant) -> bool:
@@ -85,10 +90,18 @@ def fitted_constants(variant: Variant) -> tuple[str, ...]:
     return Constants.FITTED_RESIDENT if resident(variant) else Constants.FITTED
 
 
+# A kernel of resident CTAs before any fit of its own: ``calibrate`` fitted to 48 tiles of dequant_w4_int4_sym_g128
+# (panel-arranged weight) at 1x8192x8192, 1x4096x14336, 16x8192x8192 and 16x28672x8192, timed by harness.tryout on
+# an H200 on 2026-12-07 (docs/design/dequant_w4.md), with hbm_eff held at its default: median |log error| 0.07,
+# worst 0.23, and the fastest timed tile picked at two of the four shapes, within 1.11x at the others.
+RESIDENT_DEFAULTS = dict(mma_eff=0.81, n_half=10.1, latency_us=0.66, sm_GBps=102.0, tile_us=0.58, kblock_us=0.24,
+                         held_stages=0.64, decode_Gps=141.0, kblock_issue_us=0.044)
+
+
 def default_constants(variant: Variant) -> Constants:
-    """A variant's constants before any fit: the physical defaults, where a kernel of resident CTAs holds one
-    ring stage (every thread waits for the stage it works on; no consumer warpgroup holds a second)."""
-    return Constants(held_stages=1.0) if resident(variant) else Constants()
+    """A variant's constants before any fit: the physical defaults, or for a kernel of resident CTAs those fitted
+    to the W4A16 kernel on an H200 (``RESIDENT_DEFAULTS``)."""
+    return Constants(**RESIDENT_DEFAULTS) if resident(variant) else Constants()
 
 
 @dataclass(frozen=True)
@@ -101,11 +114,20 @@ class PlatformModel:
     peak: dict
     hbm_TBps: float
     constants: dict = field(default_factory=dict)  # variant -> Constants
+    cluster_sms: int | None = None  # SMs clusters of 4 or more CTAs fill (None: all of them)
 
     @classmethod
     def from_config(cls, slug: str, spec: dict, calibration: dict | None = None) -> PlatformModel:
         fitted = {v: Constants(**c) for v, c in (calibration or {}).get("constants", {}).items()}
-        return cls(slug, spec["arch"], spec["sms"], dict(spec["peak"]), spec["hbm_TBps"], fitted)
+        return cls(slug, spec["arch"], spec["sms"], dict(spec["peak"]), spec["hbm_TBps"], fitted,
+                   spec.get("cluster_sms"))
+
+    def resident_clusters(self, split: int, ctas_per_sm: int) -> int:
+        """Clusters of ``split`` CTAs the GPU holds at once at ``ctas_per_sm`` CTAs per SM: a cluster's CTAs run in
+        one GPC, and clusters of 4 or more fill only ``cluster_sms`` of the SMs (config ``platforms.<slug>.
+        cluster_sms``, from Nsight Compute's Max Active Clusters)."""
+        sms = self.cluster_sms if split >= 4 and self.cluster_sms else self.sms
+        return max(1, sms * ctas_per_sm // split)
 
     def of(self, variant: Variant) -> Constants:
         return self.constants.get(variant.name) or default_constants(variant)
@@ -146,33 +168,47 @@ def predict_us(variant: Variant, M: int, N: int, K: int, tile: Tile, platform: P
 def predict_resident_us(variant: Variant, M: int, N: int, K: int, tile: Tile, platform: PlatformModel,
                         c: Constants) -> float:
     """Predicted time of one call of a kernel of resident CTAs (``TileSpace.ctas_per_sm``; the W4A16 kernels),
-    in µs. One CTA per output tile and K split; an SM holds ``ctas_per_sm`` of them, which share its tensor
-    cores, decoders and load bandwidth. Within a CTA a K block's decode and ``wgmma`` run in series (the wgmma
-    waits), beside the ring's loads: its cost is the soft maximum of decode + mma, the load and the ring's
-    latency. The slowest SM runs ``waves`` rounds of its CTAs; the whole is at least the unique bytes at HBM
-    speed. Here the tile's rows of A are the wgmma's N, so narrow wgmma lose by ``block_M/(block_M + n_half)``."""
+    in µs. One CTA per output tile and K split (a split's CTAs are one thread-block cluster); an SM holds
+    ``ctas_per_sm`` of them, which share its tensor cores, decoders and load bandwidth.
+
+    Per K block, a CTA waits for the slowest of: the SM's issue of every resident CTA's decode, wgmma and fixed
+    per-block instructions (the decode's instructions are the cost: ``decode_Gps`` per SM, and
+    ``kblock_issue_us`` per block, so small K blocks cost more per weight); its own chain, the same work plus ``kblock_us``
+    of latency that only other CTAs hide (alone on an SM, a CTA of 64-wide K blocks is mostly that latency); its
+    share of the load bandwidth; the ring's latency. Before its first block a CTA waits for about half of what
+    every resident CTA's prologue (``stages`` - 1 blocks) asks of HBM at once, so deep rings on short K ranges
+    cost. The GPU holds ``PlatformModel.resident_clusters`` clusters at once; CTAs past that run in a later round
+    on emptier SMs. The whole is at least the unique bytes at HBM speed. Here the tile's rows of A are the
+    wgmma's N, so narrow wgmma lose by ``block_M/(block_M + n_half)``."""
     from kernels.smem import kernel_smem_bytes
 
     a_bytes, b_bytes, c_bytes = bytes_per_element(variant.name)
     bM, bN, bK, split = tile.block_M, tile.block_N, tile.block_K, tile.split_k
     ctas = ceil_div(M, bM) * ceil_div(N, bN) * split
     per_sm = variant.tile_space.ctas_per_sm(tile, kernel_smem_bytes(variant.kernel, tile))
-    waves = ceil_div(ctas, platform.sms * per_sm)
-    sharing = min(per_sm, ceil_div(ctas, platform.sms))  # CTAs on the busiest SM at once
-    busy = min(ctas, platform.sms)
-    peak = (platform.peak.get(variant.precision) or 1.0) * 1e12 / platform.sms / sharing
+    held = platform.resident_clusters(split, per_sm) * split  # CTAs resident at once
+    stage_bytes = bM * bK * a_bytes + bN * bK * b_bytes
+    hbm = platform.hbm_TBps * 1e12 * c.hbm_eff
+    peak = (platform.peak.get(variant.precision) or 1.0) * 1e12 / platform.sms
     t_mma = 2.0 * bM * bN * bK / (peak * c.mma_eff * bM / (bM + c.n_half))
-    t_decode = bN * bK / (c.decode_Gps * 1e9 / sharing)
-    bandwidth = min(c.sm_GBps * 1e9, platform.hbm_TBps * 1e12 * c.hbm_eff * 4 / busy) / sharing
-    t_load = (bM * bK * a_bytes + bN * bK * b_bytes) / bandwidth
+    # one CTA's block at the SM's full issue rate: the decode, the wgmma and the block's fixed instructions
+    t_work = bN * bK / (c.decode_Gps * 1e9) + t_mma + c.kblock_issue_us * 1e-6
     t_latency = c.latency_us * 1e-6 / max(tile.num_stages - c.held_stages, 0.25)
-    t_k = _soft_max(t_decode + t_mma, t_load, t_latency) + c.kblock_us * 1e-6
-    # the output block, and a split's partial sums gathered by its first CTA
-    t_out = (bM * bN * c_bytes + (split - 1) * bM * bN * 4) / bandwidth
-    t_cta = K // (bK * split) * t_k + c.tile_us * 1e-6 + t_out
+
+    def t_cta(resident: int) -> float:
+        """One CTA's time while ``resident`` CTAs of the kernel run at once."""
+        sharing = min(per_sm, ceil_div(resident, platform.sms))  # CTAs on the busiest SM at once
+        bandwidth = min(c.sm_GBps * 1e9, hbm * 4 / min(resident, platform.sms)) / sharing  # L2 serves ~4x HBM
+        t_k = _soft_max(sharing * t_work, t_work + c.kblock_us * 1e-6, stage_bytes / bandwidth, t_latency)
+        t_prologue = resident * (tile.num_stages - 1) * stage_bytes / (2 * hbm)
+        # the output block, and a split's partial sums gathered by its first CTA
+        t_out = (bM * bN * c_bytes + (split - 1) * bM * bN * 4) / bandwidth
+        return t_prologue + K // (bK * split) * t_k + c.tile_us * 1e-6 + t_out
+
+    rounds, rest = divmod(ctas, held)
+    t_rounds = rounds * t_cta(held) + (t_cta(rest) if rest else 0.0)
     unique = M * K * a_bytes + N * K * b_bytes + M * N * c_bytes
-    dram = unique / (platform.hbm_TBps * 1e12 * c.hbm_eff)
-    return (_soft_max(waves * t_cta, dram) + c.launch_us * 1e-6) * 1e6
+    return (_soft_max(t_rounds, unique / hbm) + c.launch_us * 1e-6) * 1e6
 
 
 def _soft_max(*times: float, p: float = 4.0) -> float:

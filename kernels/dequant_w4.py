@@ -9,11 +9,12 @@ written back to shared memory in bf16. Decode order (the emulation, ``kernels.de
 code -> exact small value v (bf16), then one ``fma.rn.bf16x2`` v·scale + (-0): Ŵ = bf16_rn(v · scale), a
 single rounding of the exact product; int4 values are made exact with the 0x4300 magic number, e2m1
 values by bit placement (the 3 magnitude bits at bf16 bits 6-8 are exactly value·2^-126, one exact fma by
-2^126 restores it; code 0 -> +0.0). The untimed prepare arranges each row's packed bytes once
-(``arrange_packed``), so that a decoding thread reads its 8 pairs of a 32-byte span as 8 contiguous bytes
-(one 8-byte shared load, where the rows as quantized made it load 16 bytes per 4 pairs and keep a quarter),
-and for the int4 decodes with each pair's two codes 16 bits apart (a shift and one LOP3 place both in their
-bf16 lanes, no byte permute).
+2^126 restores it; code 0 -> +0.0). The untimed prepare arranges the packed weight once
+(``arrange_packed``): in panels of 64 rows, each panel's K in 32-byte spans of 64 rows (span-major), so that
+the K block one CTA loads is one contiguous piece of memory whatever block_K is, and a warp's decode loads read
+256 contiguous bytes of shared memory (no bank conflict, no swizzle); within a span a decoding thread's 8 pairs
+are 8 contiguous bytes (one 8-byte shared load), for the int4 decodes with each pair's two codes 16 bits apart
+(a shift and one LOP3 place both in their bf16 lanes, no byte permute).
 The decoder is CUDA, ``dequant_w4_decode.cuh`` beside this module. Accumulation is fp32 in wgmma, the
 output is rounded to bf16 once. The same
 prim_func builds for sm_89 and sm_100a with bf16 ``mma.sync`` (untuned there). The wgmma waits at every
@@ -24,8 +25,7 @@ ptxas serialized the wgmmas anyway (warning C7514).
 
 Two forms, chosen by the tile (``dequant_w4_pass_configs``): decode tiles (block_M <= 64) are built
 without TileLang's warp specialization, so every thread loads (cp.async), decodes and multiplies in
-~124-250 registers and several CTAs share an SM; with block_K a multiple of 256 their packed tile is
-stored swizzled in shared memory (``packed_layout``) against the decoder's bank conflicts. A decode tile
+~124-250 registers and several CTAs share an SM. A decode tile
 may split K (``_split<n>``): the n CTAs of one output tile form a thread-block cluster along the grid's z,
 each runs 1/n of the K blocks, and rank 0 adds the others' fp32 sums through distributed shared memory in
 rank order (``dq_cluster_reduce``: deterministic, one kernel, no workspace), so a narrow N still fills
@@ -34,10 +34,11 @@ the measurements.
 
 Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow[_split{n}]``;
 the warps must lie along the weight rows (``_wrow``). block_K must be a multiple or a divisor of the
-group, and K a multiple of block_K·n. TileLang evaluates a prim_func's
+group, K a multiple of block_K·n, and N a multiple of 64 (the weight's panels). TileLang evaluates a prim_func's
 annotations with the factory's closure variables, so this module must not use
 ``from __future__ import annotations``.
 """
+import math
 from pathlib import Path
 
 import torch
@@ -101,6 +102,9 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
 DECODE_MAX_BLOCK_M = 64
 # A K split (``_split<n>``) is one thread-block cluster along the grid's z: the portable cluster size
 MAX_SPLIT_K = 8
+# The prepared weight's panels (``arrange_packed``): 64 rows (one consumer warpgroup's) by spans of 32 bytes
+PANEL_ROWS = 64
+PANEL_SPAN_BYTES = 32
 
 
 def decode_form(tile: Tile) -> bool:
@@ -122,10 +126,12 @@ SM90_WARPS_PER_SM = 64
 
 def decode_form_registers(tile: Tile) -> int:
     """Registers a decode-form thread holds, estimated before compiling: its K block's decoded weights (64 rows
-    x block_K bf16 over 128 threads: block_K/4), its fp32 sums (block_M/2) and about 32 of addresses and decode
-    temporaries. Coarse: within 15 % of ptxas for the tiles published on 2026-12-07 (98-195 registers), 33 %
-    under for m32n64k256 (167); ptxas's count is not monotonic in the block sizes."""
-    return 32 + tile.block_K // 4 + tile.block_M // 2
+    x block_K bf16 over 128 threads: block_K/4, plus its scales and addresses), its fp32 sums and their
+    transposed store (about 0.9 per row of A), and about 24 more. Fitted to ptxas on the panel-arranged
+    kernel (compile-only, 2026-12-07, 64 x 8192 x 8192): 64-221 registers over block_M 8-64 and block_K 128-512,
+    within 8 of it for 8 of 12 tiles, 13-26 under at m16n64k256, m16n64k512 and m32n64k512, 16 over at
+    m64n64k256; ptxas's count is not monotonic in the block sizes."""
+    return math.ceil(24 + 0.27 * tile.block_K + 0.9 * tile.block_M)
 
 
 def dequant_w4_ctas_per_sm(tile: Tile, smem_bytes: int, registers: int | None = None) -> int:
@@ -143,7 +149,8 @@ def dequant_w4_ctas_per_sm(tile: Tile, smem_bytes: int, registers: int | None = 
 
 def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> str | None:
     """Why the tile space leaves ``tile`` out at M x N x K (None: a candidate): the kernel's own rule
-    (``check_dequant_w4_tile``: K in whole K blocks per CTA, the group), and the forms measured slower
+    (``check_dequant_w4_tile``: K in whole K blocks per CTA, the group; N in whole panels of 64 rows), and the
+    forms measured slower
     (docs/design/dequant_w4.md): a decode tile of two warpgroups (block_N 128: 28.6 against 19.7 µs at
     1x8192²) or of K blocks under 128, a prefill tile of K blocks over 128 (its decoded fragment and the
     producer's ring outgrow the registers and shared memory one CTA per SM has). A decode tile over more than
@@ -152,6 +159,8 @@ def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> s
         check_dequant_w4_tile(fmt, K, tile)
     except ValueError as e:
         return str(e)
+    if N % PANEL_ROWS:
+        return f"tile {tile.name}: N={N} must be a multiple of {PANEL_ROWS}: the packed weight is stored in panels of 64 rows"
     if decode_form(tile) and (tile.block_N != 64 or tile.block_K < 128 or tile.swizzle):
         return (f"tile {tile.name}: the decode form runs one warpgroup (block_N 64) on K blocks of at least 128, "
                 f"in a plain raster (at most 8 row blocks)")
@@ -172,29 +181,13 @@ def dequant_w4_tile_space(fmt: W4Format) -> TileSpace:
                      ctas_per_sm=dequant_w4_ctas_per_sm, arches=("sm_90a",))
 
 
-def swizzled_packed_tile(tile: Tile) -> bool:
-    """Whether the packed weight tile is stored swizzled in shared memory: decode tiles with whole
-    128-byte groups of chunks per row (block_K a multiple of 256)."""
-    return decode_form(tile) and tile.block_K % 256 == 0
-
-
-def packed_layout(rows: int, block_K: int):
-    """Shared layout of a (rows, block_K/2) packed tile: 16-byte chunk q of row r at chunk q ^ (r % 8).
-
-    The decoder's 8 rows per warp read the same chunk index at once; rows are block_K/2 bytes apart
-    (a multiple of 128), so unswizzled they fall on the same banks (measured 6.9-way conflicts); with
-    the XOR the 8 rows hit 8 different 16-byte bank groups."""
-    import tilelang.language as T
-
-    return T.Layout((rows, block_K // 2), lambda i, j: [i, ((j // 16) ^ (i % 8)) * 16 + j % 16])
-
-
 def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     """TileLang W4A16 GEMM, weight-as-left-operand: Cᵀ tile (block_N x block_M) = Ŵ tile · A tileᵀ.
 
     The kernel of every dequant_w4_<format> variant (``fmt`` their format).
 
-    Per K block: TMA brings A (block_M, block_K) bf16, the packed weight (block_N, block_K/2) and
+    Per K block: TMA brings A (block_M, block_K) bf16, the packed weight (block_N/64 panels of block_K/64
+    spans of 64 rows x 32 bytes) and
     the group scales (and zeros) into shared memory (warp-specialized pipeline); every consumer
     thread decodes its fragment with the CUDA decoder; ``wgmma_rs`` multiplies and waits. The fp32
     tile is transposed into shared memory as bf16 and stored to C (M, N); TMA zero-fills A rows
@@ -205,11 +198,13 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     from tilelang.layout import make_linear_layout
 
     check_dequant_w4_tile(fmt, K, tile)
+    if N % PANEL_ROWS:
+        raise ValueError(f"dequant_w4_kernel: N={N} must be a multiple of {PANEL_ROWS} (the weight's panels)")
     bM, bN, bK, G = tile.block_M, tile.block_N, tile.block_K, fmt.group
     groups_per_block = max(bK // G, 1)
     scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
-    swizzle = swizzled_packed_tile(tile)
-    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {int(swizzle)}, {packed_arrangement(fmt)}>"
+    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {packed_arrangement(fmt)}>"
+    panels = bN // PANEL_ROWS
     zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
     split = tile.split_k
     k_blocks = K // bK // split  # K blocks per CTA
@@ -227,7 +222,7 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     @T.prim_func
     def main(
         A: T.Tensor((M, K), "bfloat16"),
-        B: T.Tensor((N, K // 2), "int8"),
+        B: T.Tensor((N // PANEL_ROWS, K, PANEL_SPAN_BYTES), "int8"),
         S: T.Tensor((K // G, N), scale_dtype),
         Z: T.Tensor(zeros_shape, "bfloat16"),
         C: T.Tensor((M, N), "bfloat16"),
@@ -236,7 +231,7 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
             bx, by = block[0], block[1]
             k_first = block[2] * k_blocks if split > 1 else 0
             A_shared = T.alloc_shared((bM, bK), "bfloat16")
-            B_shared = T.alloc_shared((bN, bK // 2), "int8")
+            B_shared = T.alloc_shared((panels, bK, PANEL_SPAN_BYTES), "int8")
             S_shared = T.alloc_shared((groups_per_block, bN), scale_dtype)
             W_frag = T.alloc_fragment((bN, bK), "bfloat16")
             Ct_frag = T.alloc_fragment((bN, bM), "float32")
@@ -251,7 +246,7 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
             # rejects the kernel if T.gemm wanted another), the shared tiles to row-major.
             layouts = {
                 W_frag: T.Fragment((bN, bK), forward_thread_fn=fragment_thread, forward_index_fn=fragment_index),
-                B_shared: packed_layout(bN, bK) if swizzle else make_linear_layout(B_shared),
+                B_shared: make_linear_layout(B_shared),
                 S_shared: make_linear_layout(S_shared),
             }
             if fmt.has_zeros:
@@ -269,13 +264,13 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
             for kb in T.Pipelined(k_blocks, num_stages=tile.num_stages):
                 k = k_first + kb
                 T.copy(A[by * bM, k * bK], A_shared)
-                T.copy(B[bx * bN, k * (bK // 2)], B_shared)
+                T.copy(B[bx * panels, k * bK, 0], B_shared)  # one contiguous piece per panel
                 T.copy(S[k * bK // G, bx * bN], S_shared)
                 if fmt.has_zeros:
                     T.copy(Z[k * bK // G, bx * bN], Z_shared)
                 # without zero points the decoder's zeros pointer is an unread stand-in (S_shared); no
                 # alias variable: TileLang would name the buffer after it in the generated source
-                T.call_extern("handle", decoder, T.address_of(W_frag[0, 0]), T.address_of(B_shared[0, 0]),
+                T.call_extern("handle", decoder, T.address_of(W_frag[0, 0]), T.address_of(B_shared[0, 0, 0]),
                               T.address_of(S_shared[0, 0]),
                               T.address_of((Z_shared if fmt.has_zeros else S_shared)[0, 0]), tx)
                 T.gemm(W_frag, A_shared, Ct_frag, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
@@ -292,13 +287,19 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
 
 
 def arrange_packed(packed: torch.Tensor, arrangement: int = 1) -> torch.Tensor:
-    """(rows, K/2) packed bytes as the decoder's ARRANGED forms read them: in every 32-byte span of a row,
-    byte 8t + m is byte 4m + t, so the 8 pairs a fragment thread decodes there (one per 4-byte word, byte t
-    of each) are 8 contiguous bytes (``arrangement`` 1). In arrangement 2 (the int4 decodes) those 8
-    bytes are two little-endian 32-bit words of 4 pairs each, pair j's low code (even k) at bits 4j-4j+3 and its
-    high code at bits 16+4j-19+4j, so one shift and one LOP3 place a pair in two bf16 lanes. K must be a
-    multiple of 64."""
+    """(rows, K/2) packed bytes as the decoder reads them, (rows/64, K, 32): in panels of 64 rows, each
+    panel's K in 32-byte spans (64 K each) of its 64 rows, span-major, so that a K block of any width is one
+    contiguous piece of memory per panel (row r's span s at panel r // 64, row 64·s + r % 64).
+
+    Within a span, byte 8t + m is byte 4m + t of the row as quantized, so the 8 pairs a fragment thread decodes
+    there (one per 4-byte word, byte t of each) are 8 contiguous bytes (``arrangement`` 1). In arrangement 2 (the
+    int4 decodes) those 8 bytes are two little-endian 32-bit words of 4 pairs each, pair j's low code (even k)
+    at bits 4j-4j+3 and its high code at bits 16+4j-19+4j, so one shift and one LOP3 place a pair in two bf16
+    lanes. rows must be a multiple of 64 and K of 64 (ValueError otherwise)."""
     rows, half_k = packed.shape
+    if rows % PANEL_ROWS or half_k % PANEL_SPAN_BYTES:
+        raise ValueError(f"arrange_packed: the packed weight ({rows} rows x {half_k} bytes) must have a multiple of "
+                         f"{PANEL_ROWS} rows (N) and of {PANEL_SPAN_BYTES} bytes per row (K a multiple of 64)")
     spans = packed.reshape(rows, half_k // 32, 8, 4).transpose(-1, -2).contiguous()
     if arrangement == 2:
         pairs = spans.view(torch.uint8).reshape(rows, half_k // 32, 4, 2, 2, 2)  # (.., t, word, half, pair)
@@ -306,7 +307,8 @@ def arrange_packed(packed: torch.Tensor, arrangement: int = 1) -> torch.Tensor:
         # the word's byte 2h + e: codes of pairs 2h and 2h + 1, the low codes in bytes 0-1, the high ones in 2-3
         word = torch.stack([low[..., 0] | (low[..., 1] << 4), high[..., 0] | (high[..., 1] << 4)], dim=-2)
         spans = word.view(torch.int8)
-    return spans.reshape(rows, half_k)
+    spans = spans.reshape(rows // PANEL_ROWS, PANEL_ROWS, half_k // PANEL_SPAN_BYTES, PANEL_SPAN_BYTES)
+    return spans.transpose(1, 2).reshape(rows // PANEL_ROWS, 2 * half_k, PANEL_SPAN_BYTES).contiguous()
 
 
 def packed_arrangement(fmt: W4Format) -> int:

@@ -49,15 +49,6 @@ DQ_FN uint32_t dq_and_xor(uint32_t a, uint32_t b, uint32_t c) {
 DQ_FN uint32_t dq_float_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 DQ_FN float dq_bits_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-DQ_FN void dq_load16(const uint8_t* p, uint32_t w[4]) {
-#ifdef __CUDA_ARCH__
-  const uint4 v = *reinterpret_cast<const uint4*>(p);
-  w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
-#else
-  memcpy(w, p, 16);
-#endif
-}
-
 DQ_FN void dq_load8(const uint8_t* p, uint32_t w[2]) {
 #ifdef __CUDA_ARCH__
   const uint2 v = *reinterpret_cast<const uint2*>(p);
@@ -101,20 +92,23 @@ DQ_FN uint32_t dq_decode_pair(uint32_t w, uint32_t b, uint32_t scale2, uint32_t 
 // matrix instructions: the compile step classifies kernels by searching their source for them.)
 //   KIND 0: int4 two's complement, scale bf16; 1: uint4 with bf16 zero point z, scale bf16;
 //        2: e2m1, scale bf16; 3: e2m1, scale E8M0 (uint8).
-//   packed: BN rows x BK/2 bytes, row-major; scales/zeros: SG x BN (SG = K groups in the block).
+//   packed: the block's BN rows x BK/2 bytes as the prepare stores them (kernels.dequant_w4.arrange_packed):
+//     in panels of 64 rows, each panel BK/64 spans of (64 rows x 32 bytes), span-major, so 32-byte span s of
+//     row r sits at ((r / 64) * BK + 64 * s + r % 64) * 32. The span holds the row's K 64s .. 64s + 63 of the
+//     block, arranged (below). scales/zeros: SG x BN (SG = K groups in the block).
 //   tid: thread index among the consumer threads (one warpgroup per 64 weight rows).
 // Fragment (the layout annotated on the TileLang side): thread tid holds rows
 // r_h = 16*(tid/32) + (tid%32)/4 + 8h and, for every 8-wide K chunk c, the pair k = 8c + 2t, 8c + 2t + 1
-// (t = tid%4) -- that pair is byte 4c + t of the row, i.e. byte t of 32-bit word c -- as frag[2c + h].
-// ARRANGED: the row's bytes were arranged once (kernels.dequant_w4.arrange_packed) so that in every 32-byte
-// span s a thread's 8 pairs (c = 8s .. 8s + 7) are the 8 bytes at 8t: one 8-byte load instead of a 16-byte
-// load per 4 pairs of which it keeps a quarter. ARRANGED 2 (int4, uint4): the same 8 bytes, as two 32-bit words of
-// 4 pairs each with a pair's two codes 16 bits apart (pair j of a word at bits 4j and 16 + 4j), so that a shift
-// and one LOP3 put both codes in the two bf16 lanes, with no byte permute.
-template <int KIND, int BK, int GROUP, int BN, int SWIZZLE = 0, int ARRANGED = 0>
+// (t = tid%4) -- byte 4c + t of the row as quantized -- as frag[2c + h].
+// ARRANGED 1: in every span a thread's 8 pairs (c = 8s .. 8s + 7) are the 8 bytes at 8t: one 8-byte load.
+// ARRANGED 2 (int4, uint4): the same 8 bytes, as two 32-bit words of 4 pairs each with a pair's two codes 16 bits
+// apart (pair j of a word at bits 4j and 16 + 4j), so that a shift and one LOP3 put both codes in the two bf16
+// lanes, with no byte permute. A warp's 8 rows x 4 threads read 256 contiguous bytes per load: no bank conflict.
+template <int KIND, int BK, int GROUP, int BN, int ARRANGED>
 DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scales_, const void* zeros_, int tid) {
-  static_assert(BK % 32 == 0, "BK must be a multiple of 32 (16-byte row loads)");
-  static_assert(!ARRANGED || BK % 64 == 0, "an arranged row is read in 32-byte spans: BK a multiple of 64");
+  static_assert(BK % 64 == 0, "a panel's K block is read in 32-byte spans of 64 K: BK a multiple of 64");
+  static_assert(BN % 64 == 0, "the packed tile is in panels of 64 rows");
+  static_assert(ARRANGED == 1 || ARRANGED == 2, "the packed rows are arranged (1: bytes, 2: nibbles)");
   static_assert(ARRANGED != 2 || KIND <= 1, "nibbles 16 bits apart: the int4 decode only (KIND 0 or 1)");
   static_assert(BK % GROUP == 0 || GROUP % BK == 0, "BK and GROUP must divide one another");
   constexpr int SG = BK >= GROUP ? BK / GROUP : 1;
@@ -145,35 +139,19 @@ DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scal
         offset2[sg] = 0xC308C308u;  // -136 = -(128 + 8): z = 8 for the XOR-biased int4 code
       }
     }
-    const uint8_t* rowp = packed + row * (BK / 2);
-    if (ARRANGED) {
+    const uint8_t* spans = packed + ((row >> 6) * BK + (row & 63)) * 32 + 8 * (int)t;
 #pragma unroll
-      for (int s = 0; s < BK / 64; ++s) {
-        uint32_t u[2];
-        const int at = 32 * s + 8 * (int)t;  // within one 16-byte chunk, which SWIZZLE moves as a whole
-        dq_load8(rowp + 16 * (SWIZZLE ? ((at >> 4) ^ (row & 7)) : (at >> 4)) + (at & 15), u);
+    for (int s = 0; s < BK / 64; ++s) {
+      uint32_t u[2];
+      dq_load8(spans + 64 * 32 * s, u);
 #pragma unroll
-        for (int m = 0; m < 8; ++m) {
-          const int c = 8 * s + m;
-          const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
-          // ARRANGED 2: pair m's two codes at bits 4j and 16 + 4j of word m / 4 (j = m % 4)
-          frag[2 * c + h] = ARRANGED == 2
-              ? dq_int4_pair<KIND>(u[m >> 2] >> (4 * (m & 3)), scale2[sg], offset2[sg])
-              : dq_decode_pair<KIND>(u[m >> 2], (uint32_t)(m & 3), scale2[sg], offset2[sg]);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int q = 0; q < BK / 32; ++q) {
-        uint32_t w[4];
-        // SWIZZLE: the shared tile holds chunk q of row r at chunk q ^ (r % 8) (see packed_layout)
-        dq_load16(rowp + 16 * (SWIZZLE ? (q ^ (row & 7)) : q), w);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c = 4 * q + i;
-          const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
-          frag[2 * c + h] = dq_decode_pair<KIND>(w[i], t, scale2[sg], offset2[sg]);
-        }
+      for (int m = 0; m < 8; ++m) {
+        const int c = 8 * s + m;
+        const int sg = BK >= GROUP ? (8 * c) / GROUP : 0;
+        // ARRANGED 2: pair m's two codes at bits 4j and 16 + 4j of word m / 4 (j = m % 4)
+        frag[2 * c + h] = ARRANGED == 2
+            ? dq_int4_pair<KIND>(u[m >> 2] >> (4 * (m & 3)), scale2[sg], offset2[sg])
+            : dq_decode_pair<KIND>(u[m >> 2], (uint32_t)(m & 3), scale2[sg], offset2[sg]);
       }
     }
   }

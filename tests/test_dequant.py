@@ -186,16 +186,12 @@ def test_check_tile_rejects_misfits():
 
 # ---------------------------------------------------------------- the CUDA decoder on the host
 
-# (KIND, BK, GROUP, BN, SWIZZLE, ARRANGED): one and two warpgroups, one or several groups per K block, the plain
-# and the swizzled packed tile (decode tiles, block_K a multiple of 256), rows as quantized, byte-arranged (1) and
-# with a pair's codes 16 bits apart (2, the int4 decodes)
+# (KIND, BK, GROUP, BN, ARRANGED): one and two warpgroups (panels), one or several groups per K block, K blocks of
+# 64-512, byte-arranged spans (1) and a pair's codes 16 bits apart (2, the int4 decodes)
 DECODER_CONFIGS = [
-    (0, 64, 128, 128, 0, 0), (0, 256, 128, 64, 0, 0), (1, 256, 128, 128, 0, 0), (1, 64, 128, 64, 0, 0),
-    (2, 64, 32, 128, 0, 0), (2, 32, 32, 64, 0, 0), (3, 128, 32, 128, 0, 0), (3, 32, 32, 64, 0, 0),
-    (0, 512, 128, 64, 1, 0), (1, 256, 128, 64, 1, 0), (2, 256, 32, 64, 1, 0), (3, 512, 32, 64, 1, 0),
-    (0, 64, 128, 128, 0, 1), (1, 128, 128, 64, 0, 1), (2, 64, 32, 64, 0, 1), (3, 128, 32, 128, 0, 1),
-    (0, 512, 128, 64, 1, 1), (1, 256, 128, 64, 1, 1), (2, 256, 32, 64, 1, 1), (3, 512, 32, 64, 1, 1),
-    (0, 64, 128, 128, 0, 2), (1, 128, 128, 64, 0, 2), (0, 512, 128, 64, 1, 2), (1, 256, 128, 64, 1, 2),
+    (0, 64, 128, 128, 1), (1, 128, 128, 64, 1), (2, 64, 32, 64, 1), (3, 128, 32, 128, 1),
+    (0, 512, 128, 64, 1), (1, 256, 128, 64, 1), (2, 256, 32, 64, 1), (3, 512, 32, 64, 1), (2, 512, 32, 128, 1),
+    (0, 64, 128, 128, 2), (1, 128, 128, 64, 2), (0, 512, 128, 64, 2), (1, 256, 128, 64, 2), (0, 256, 128, 128, 2),
 ]
 KIND_FORMAT = {f.kind: f for f in dqf.W4_FORMATS.values()}
 
@@ -224,7 +220,7 @@ static uint32_t dq_host_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
   return r;
 }
 #include "dequant_w4_decode.cuh"
-template <int KIND, int BK, int G, int BN, int SW, int AR>
+template <int KIND, int BK, int G, int BN, int AR>
 static int run() {
   constexpr int SG = BK >= G ? BK / G : 1;
   static uint8_t packed[BN * BK / 2], scales[SG * BN * 2], zeros[SG * BN * 2];
@@ -233,7 +229,7 @@ static int run() {
       fread(zeros, 1, SG * BN * 2, stdin) != (size_t)(SG * BN * 2)) return 2;
   for (int tid = 0; tid < 2 * BN; ++tid) {
     uint32_t frag[BK / 4];
-    dq_decode_fragment<KIND, BK, G, BN, SW, AR>(frag, packed, scales, zeros, tid);
+    dq_decode_fragment<KIND, BK, G, BN, AR>(frag, packed, scales, zeros, tid);
     fwrite(frag, 4, BK / 4, stdout);
   }
   return 0;
@@ -252,8 +248,8 @@ def host_decoder(tmp_path_factory):
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("g++ not available: the CUDA decoder cannot be run on the host")
-    cases = "\n".join(f"    case {i}: return run<{k}, {bk}, {g}, {bn}, {sw}, {ar}>();"
-                      for i, (k, bk, g, bn, sw, ar) in enumerate(DECODER_CONFIGS))
+    cases = "\n".join(f"    case {i}: return run<{k}, {bk}, {g}, {bn}, {ar}>();"
+                      for i, (k, bk, g, bn, ar) in enumerate(DECODER_CONFIGS))
     src = HOST_HARNESS.replace("@CASES@", cases)
     d = tmp_path_factory.mktemp("decoder")
     (d / "harness.cpp").write_text(src)
@@ -263,29 +259,10 @@ def host_decoder(tmp_path_factory):
     return d / "harness"
 
 
-def swizzled(packed: torch.Tensor) -> torch.Tensor:
-    """The tile laid out by ``packed_layout``: element (i, j) at (i, layout(i, j)), evaluated on the host."""
-    rows, cols = packed.shape
-    i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    phys = ((j // 16) ^ (i % 8)) * 16 + j % 16  # the formula of packed_layout, checked against it below
-    out = torch.empty_like(packed)
-    out[torch.from_numpy(i), torch.from_numpy(phys)] = packed
-    return out
-
-
-def test_packed_layout_is_the_swizzle_the_decoder_reads():
-    layout = dqw.packed_layout(16, 512)
-    for i, j in [(0, 0), (1, 0), (3, 17), (7, 255), (9, 130), (15, 200)]:
-        got = [int(x) for x in layout.map_forward_index([i, j])]
-        assert got == [i, ((j // 16) ^ (i % 8)) * 16 + j % 16]
-    # a permutation of each row (no two elements share a byte)
-    assert sorted(((j // 16) ^ 5) * 16 + j % 16 for j in range(256)) == list(range(256))
-
-
 @pytest.mark.parametrize("cfg", range(len(DECODER_CONFIGS)))
 def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
     """Every thread's fragment, placed by the layout annotated on the kernel, equals bf16_rn(value·scale)."""
-    kind, BK, G, BN, swizzle, arranged = DECODER_CONFIGS[cfg]
+    kind, BK, G, BN, arranged = DECODER_CONFIGS[cfg]
     fmt = KIND_FORMAT[kind]
     SG = max(BK // G, 1)
     gen = torch.Generator().manual_seed(100 + cfg)
@@ -297,9 +274,8 @@ def test_cuda_decoder_on_host_matches_emulation(host_decoder, cfg):
         scales = torch.exp(torch.randn(SG, BN, generator=gen)).to(torch.bfloat16)
         sbytes = scales.view(torch.int16).numpy().tobytes()
     zeros = torch.randint(0, 16, (SG, BN), generator=gen).to(torch.bfloat16)
-    # the rows as the kernel's prepare arranges them
-    stored = dqw.arrange_packed(packed, arranged) if arranged else packed
-    stored = swizzled(stored) if swizzle else stored  # the shared tile as kernels.dequant_w4.packed_layout stores it
+    # one K block as the kernel's prepare arranges the weight (and the copy brings it to shared memory as is)
+    stored = dqw.arrange_packed(packed, arranged)
     stdin = stored.numpy().tobytes() + sbytes + zeros.view(torch.int16).numpy().tobytes()
     proc = subprocess.run([str(host_decoder), str(cfg)], input=stdin, capture_output=True, check=True)
     frags = np.frombuffer(proc.stdout, dtype=np.uint16).reshape(2 * BN, BK // 2)
@@ -326,7 +302,7 @@ def test_compile_decode_form_sm90a(kernels, name):
     assert re.search(VARIANTS[f"dequant_{name}"].instructions["sm_90a"], src)
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 16, 16,", src)  # m64n16k16: 16 rows of A
     fmt = dqf.W4_FORMATS[name]
-    assert f"dq_decode_fragment<{fmt.kind}, 128, {fmt.group}, 64, 0, {dqw.packed_arrangement(fmt)}>" in src
+    assert f"dq_decode_fragment<{fmt.kind}, 128, {fmt.group}, 64, {dqw.packed_arrangement(fmt)}>" in src
     assert "wgmma_ss" not in src and "mma_sync" not in src
 
 
@@ -345,7 +321,7 @@ def test_compile_other_targets_use_bf16_mma_sync(kernels, arch):
     """No wgmma there: the same kernel builds with mma.sync (same per-warp A fragment layout)."""
     v = VARIANTS["dequant_w4_int4_sym_g128"]
     src = kernels(v.name, "m16n64k128_s2_t128_wrow", arch).source
-    assert "dq_decode_fragment<0, 128, 128, 64, 0, 2>" in src
+    assert "dq_decode_fragment<0, 128, 128, 64, 2>" in src
     assert re.search(v.instructions[arch], src) and "wgmma" not in src
 
 
@@ -365,19 +341,20 @@ def test_decode_tiles_drop_tilelang_warp_specialization():
     assert pass_configs_for(v, "sm_90a", parse_tile("m64n64k256_s4_t128_wrow")) == {"tl.disable_warp_specialized": True}
     assert pass_configs_for(v, "sm_90a", parse_tile("m256n128k64_s4_t256_wrow_z8")) is None  # TileLang's defaults
     assert pass_configs_for(v, "sm_89", parse_tile("m16n64k512_s2_t128_wrow")) is None
-    assert dqw.swizzled_packed_tile(parse_tile("m16n64k512_s2_t128_wrow"))
-    assert not dqw.swizzled_packed_tile(parse_tile("m16n64k128_s2_t128_wrow"))  # 64-byte rows: no whole 128-byte group
-    assert not dqw.swizzled_packed_tile(parse_tile("m256n128k256_s2_t256_wrow"))  # prefill: TMA copies a linear tile
 
 
 @pytest.mark.compile
-def test_compile_decode_form_with_swizzled_tile_sm90a(kernels):
-    """block_K 512 in a decode tile: no producer warpgroup (no setmaxnreg), the packed tile stored swizzled,
-    the decoder told so."""
+def test_compile_decode_form_copies_its_k_block_as_one_piece_sm90a(kernels):
+    """block_K 512 in a decode tile: no producer warpgroup (no setmaxnreg); the panel's K block (64 rows x 256
+    bytes, prepared span-major) is one contiguous 16 KB piece, copied by 128 threads x 16 bytes, 2 KB apart per
+    step, into a linear shared tile (no swizzle: the decoder's reads are conflict-free as laid out)."""
     src = kernels("dequant_w4_int4_sym_g128", "m8n64k512_s2_t128_wrow").source
-    assert "dq_decode_fragment<0, 512, 128, 64, 1, 2>" in src
+    assert "dq_decode_fragment<0, 512, 128, 64, 2>" in src
     assert "setmaxnreg" not in src
-    assert re.search(r"\^ \(\(\(int\)threadIdx\.x\) >> 4\)\) \* 16", src)  # chunk ^ row: the swizzled copy
+    copies = re.findall(r"cp_async_gs<16>\(\(&\(\(\(signed char\*\)B_shared\)\[(.*?)\]\)\), \(&\(B\[(.*?)\]\)\)\)", src)
+    assert copies and all("(((int)threadIdx.x) * 16)" in dst and "* 2048)" in dst and
+                          "(((int)threadIdx.x) * 16)" in glob and "* 2048)" in glob for dst, glob in copies)
+    assert not re.search(r"\^ \(\(\(int\)threadIdx\.x\)", src)
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 8, 16,", src)
 
 

@@ -339,11 +339,13 @@ def test_the_resident_model_counts_ctas_per_sm_and_fills_idle_sms_with_a_k_split
     from kernels.dequant_w4 import dequant_w4_ctas_per_sm
 
     v = get_variant("dequant_w4_int4_sym_g128")
-    tile = parse_tile("m8n64k512_s2_t128_wrow")
-    # 168 registers x 128 threads: three CTAs per SM; a third stage's shared memory leaves room for two
-    assert dequant_w4_ctas_per_sm(tile, kernel_smem_bytes(v.kernel, tile)) == 3
-    deeper = parse_tile("m8n64k512_s3_t128_wrow")
-    assert dequant_w4_ctas_per_sm(deeper, kernel_smem_bytes(v.kernel, deeper)) == 2
+    tile = parse_tile("m16n64k256_s3_t128_wrow")
+    # 108 registers (112 allocated) x 128 threads: four CTAs per SM; a fourth stage's shared memory leaves room for three
+    assert dequant_w4_ctas_per_sm(tile, kernel_smem_bytes(v.kernel, tile)) == 4
+    deeper = parse_tile("m16n64k256_s4_t128_wrow")
+    assert dequant_w4_ctas_per_sm(deeper, kernel_smem_bytes(v.kernel, deeper)) == 3
+    wide = parse_tile("m8n64k512_s2_t128_wrow")  # 170 registers (176 allocated): two
+    assert dequant_w4_ctas_per_sm(wide, kernel_smem_bytes(v.kernel, wide)) == 2
     assert dequant_w4_ctas_per_sm(parse_tile("m128n128k128_s4_t256_wrow"), 0) == 1  # the warp-specialized form
     # 1x4096x14336: 64 CTAs unsplit leave half the SMs idle; a split of 2 or 4 fills them
     unsplit = predict_us(v, 1, 4096, 14336, parse_tile("m8n64k256_s4_t128_wrow"), H200)
@@ -351,6 +353,35 @@ def test_the_resident_model_counts_ctas_per_sm_and_fills_idle_sms_with_a_k_split
     # a row block of 8 at M = 64 decodes the weight 8 times: slower than one block of 64 rows
     assert predict_us(v, 64, 8192, 8192, parse_tile("m8n64k256_s4_t128_wrow"), H200) > \
         predict_us(v, 64, 8192, 8192, parse_tile("m64n64k256_s2_t128_wrow"), H200)
+
+
+def test_the_resident_model_runs_clusters_past_what_the_gpu_holds_in_a_second_round():
+    """On the H200 clusters of 4 fill 124 of 132 SMs (cluster_sms): 128 clusters of 4 CTAs at 4 per SM need a
+    second round (Nsight Compute, 2026-12-07: Max Active Clusters 124; the tile ran 1.27x the time of its 2-way
+    split); a ring as deep as a short K range costs its prologue; a lone CTA per SM is chained by its K blocks'
+    latency, so it wants few, wide blocks."""
+    from dataclasses import replace
+
+    v = get_variant("dequant_w4_int4_sym_g128")
+    split4 = parse_tile("m8n64k256_s4_t128_wrow_split4")
+    assert H200.resident_clusters(4, 4) == 124 and H200.resident_clusters(2, 4) == 264
+    every_sm = replace(H200, cluster_sms=None)
+    assert every_sm.resident_clusters(4, 4) == 132
+    assert predict_us(v, 1, 8192, 8192, split4, H200) > 1.2 * predict_us(v, 1, 8192, 8192, split4, every_sm)
+    assert predict_us(v, 1, 8192, 8192, split4, H200) > predict_us(v, 1, 8192, 8192, parse_tile(
+        "m8n64k256_s4_t128_wrow_split2"), H200)
+    shallow, deep = parse_tile("m8n64k256_s2_t128_wrow_split4"), parse_tile("m8n64k256_s4_t128_wrow_split4")
+    assert predict_us(v, 1, 4096, 14336, shallow, H200) < predict_us(v, 1, 4096, 14336, deep, H200)
+    # 128 CTAs, one per SM: K blocks of 512 beat 128 (measured 15.2 against 32.5 µs)
+    assert predict_us(v, 1, 4096, 14336, parse_tile("m8n64k512_s2_t128_wrow_split2"), H200) < \
+        0.7 * predict_us(v, 1, 4096, 14336, parse_tile("m8n64k128_s2_t128_wrow_split2"), H200)
+
+
+def test_a_platform_whose_cluster_sms_exceed_its_sms_is_refused():
+    cfg = yaml.safe_load((selection.REPO / "config.yaml").read_text())
+    cfg["platforms"]["h200"]["cluster_sms"] = 140
+    with pytest.raises(ConfigError, match=r"platforms\.h200\.cluster_sms: 140 is more than its sms \(132\)"):
+        Plan(cfg).platform_spec("h200")
 
 
 def test_the_ctas_per_sm_from_estimated_registers_match_the_published_compile_records_within_one():
