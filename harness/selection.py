@@ -203,7 +203,8 @@ def predict_resident_us(variant: Variant, M: int, N: int, K: int, tile: Tile, pl
         t_prologue = resident * (tile.num_stages - 1) * stage_bytes / (2 * hbm)
         # the output block, and a split's partial sums gathered by its first CTA
         t_out = (bM * bN * c_bytes + (split - 1) * bM * bN * 4) / bandwidth
-        return t_prologue + K // (bK * split) * t_k + c.tile_us * 1e-6 + t_out
+        # an uneven split's CTAs all run the longer count (the shorter load a block they do not add)
+        return t_prologue + ceil_div(K // bK, split) * t_k + c.tile_us * 1e-6 + t_out
 
     rounds, rest = divmod(ctas, held)
     t_rounds = rounds * t_cta(held) + (t_cta(rest) if rest else 0.0)

@@ -27,14 +27,15 @@ Two forms, chosen by the tile (``dequant_w4_pass_configs``): decode tiles (block
 without TileLang's warp specialization, so every thread loads (cp.async), decodes and multiplies in
 ~124-250 registers and several CTAs share an SM. A decode tile
 may split K (``_split<n>``): the n CTAs of one output tile form a thread-block cluster along the grid's z,
-each runs 1/n of the K blocks, and rank 0 adds the others' fp32 sums through distributed shared memory in
-rank order (``dq_cluster_reduce``: deterministic, one kernel, no workspace), so a narrow N still fills
+each runs 1/n of the K blocks (the last K/block_K mod n CTAs one more), and rank 0 adds the others' fp32 sums
+through distributed shared memory in rank order (``dq_cluster_reduce``: deterministic, one kernel, no workspace), so a narrow N still fills
 the SMs. Prefill tiles keep TileLang's producer warpgroup and TMA loads. docs/design/dequant_w4.md has
 the measurements.
 
 Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow[_split{n}]``;
 the warps must lie along the weight rows (``_wrow``). block_K must be a multiple or a divisor of the
-group, K a multiple of block_K·n, and N a multiple of 64 (the weight's panels). TileLang evaluates a prim_func's
+group, K a multiple of block_K (at least n K blocks; a split whose n does not divide them gives the first CTAs
+one block more), and N a multiple of 64 (the weight's panels). TileLang evaluates a prim_func's
 annotations with the factory's closure variables, so this module must not use
 ``from __future__ import annotations``.
 """
@@ -83,8 +84,9 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
                         f"512, got {bK}")
     if bK % fmt.group and fmt.group % bK:
         problems.append(f"block_K={bK} and the group size {fmt.group} must divide one another")
-    if K % (bK * tile.split_k):
-        problems.append(f"K={K} must be a multiple of block_K·split = {bK}·{tile.split_k}")
+    if K % bK or K // bK < tile.split_k:
+        problems.append(f"K={K} must be a multiple of block_K={bK} with at least one K block per CTA of the "
+                        f"split ({tile.split_k})")
     if tile.split_k > 1 and not decode_form(tile):
         problems.append(f"a K split needs the decode form (block_M <= {DECODE_MAX_BLOCK_M}), got block_M={bM}")
     if not 1 <= tile.split_k <= MAX_SPLIT_K:
@@ -172,8 +174,8 @@ def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> s
 def dequant_w4_tile_space(fmt: W4Format) -> TileSpace:
     """The tiles the selection ranks for ``fmt``'s kernel on sm_90a: the decode form (block_M 8-64, K
     blocks of 128-512, K split over 1-8 CTAs, several CTAs per SM) and the warp-specialized prefill form
-    (block_M 128-256, one or two consumer warpgroups); of ring depths 2-4 the deepest that keeps the most CTAs
-    on an SM (``dequant_w4_ctas_per_sm``)."""
+    (block_M 128-256, one or two consumer warpgroups); every ring depth 2-4 that keeps the most CTAs on an SM
+    (``dequant_w4_ctas_per_sm``)."""
     return TileSpace(block_M=(8, 16, 32, 64, 128, 256), block_N=(64, 128), block_K=(64, 128, 256, 512),
                      threads=lambda block_M: (128, 256), max_stages=4, min_stages=2, policies=("FullRow",),
                      swizzle=lambda m_blocks, n_blocks: 8 if m_blocks > 8 else 0, split_k=(1, 2, 4, 8),
@@ -207,7 +209,11 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     panels = bN // PANEL_ROWS
     zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
     split = tile.split_k
-    k_blocks = K // bK // split  # K blocks per CTA
+    # K blocks per CTA: a split's last K/bK mod split CTAs take one more (uneven, so a K of 74 blocks splits 4 ways).
+    # TileLang's pipeline needs a static trip count: every CTA runs the longer count, a shorter one loading the
+    # next CTA's first block (in bounds, shared through L2) and skipping its decode and wgmma
+    k_blocks, longer = divmod(K // bK, split)
+    first_longer = split - longer
     # a split kernel's grid gains a z axis, one cluster of ``split`` CTAs per output tile
     grid = (T.ceildiv(N, bN), T.ceildiv(M, bM)) + ((split,) if split > 1 else ())
     launch = {"cluster_dims": (1, 1, split)} if split > 1 else {}
@@ -219,6 +225,12 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
             C_shared[j, i] = Ct_frag[i, j]
         T.copy(C_shared, C[by * bM, bx * bN])
 
+    @T.macro
+    def decode_and_multiply(W_frag, B_shared, S_shared, zeros, Ct_frag, A_shared, tx):
+        T.call_extern("handle", decoder, T.address_of(W_frag[0, 0]), T.address_of(B_shared[0, 0, 0]),
+                      T.address_of(S_shared[0, 0]), T.address_of(zeros[0, 0]), tx)
+        T.gemm(W_frag, A_shared, Ct_frag, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+
     @T.prim_func
     def main(
         A: T.Tensor((M, K), "bfloat16"),
@@ -229,7 +241,7 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     ):
         with T.Kernel(*grid, threads=tile.threads, **launch) as block:
             bx, by = block[0], block[1]
-            k_first = block[2] * k_blocks if split > 1 else 0
+            k_first = block[2] * k_blocks + T.max(block[2] - first_longer, 0) if split > 1 else 0
             A_shared = T.alloc_shared((bM, bK), "bfloat16")
             B_shared = T.alloc_shared((panels, bK, PANEL_SPAN_BYTES), "int8")
             S_shared = T.alloc_shared((groups_per_block, bN), scale_dtype)
@@ -261,7 +273,7 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
             if tile.swizzle:
                 T.use_swizzle(tile.swizzle)
             T.clear(Ct_frag)
-            for kb in T.Pipelined(k_blocks, num_stages=tile.num_stages):
+            for kb in T.Pipelined(k_blocks + (1 if longer else 0), num_stages=tile.num_stages):
                 k = k_first + kb
                 T.copy(A[by * bM, k * bK], A_shared)
                 T.copy(B[bx * panels, k * bK, 0], B_shared)  # one contiguous piece per panel
@@ -270,10 +282,14 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
                     T.copy(Z[k * bK // G, bx * bN], Z_shared)
                 # without zero points the decoder's zeros pointer is an unread stand-in (S_shared); no
                 # alias variable: TileLang would name the buffer after it in the generated source
-                T.call_extern("handle", decoder, T.address_of(W_frag[0, 0]), T.address_of(B_shared[0, 0, 0]),
-                              T.address_of(S_shared[0, 0]),
-                              T.address_of((Z_shared if fmt.has_zeros else S_shared)[0, 0]), tx)
-                T.gemm(W_frag, A_shared, Ct_frag, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                if longer:
+                    # a shorter CTA's last iteration loaded the next CTA's block: not its own to add
+                    if kb < k_blocks or block[2] >= first_longer:
+                        decode_and_multiply(W_frag, B_shared, S_shared, Z_shared if fmt.has_zeros else S_shared,
+                                            Ct_frag, A_shared, tx)
+                else:
+                    decode_and_multiply(W_frag, B_shared, S_shared, Z_shared if fmt.has_zeros else S_shared,
+                                        Ct_frag, A_shared, tx)
             if split > 1:
                 # the cluster's partial sums meet in rank 0 (dq_cluster_reduce), which stores the tile
                 leader[0] = T.call_extern("int32", reduce, T.address_of(Ct_frag[0, 0]),

@@ -6,9 +6,10 @@ options its kernel is written for. ``candidates`` walks them for (M, N, K, arch)
 the tiles the kernel's own rules accept (``registry.tile_problem``: the same check config tiles get,
 and the space's ``rule`` at that shape) that fit the arch's shared memory (``kernels/smem.py``), each
 with as many ring stages as fit (up to ``max_stages``): a deeper ring only hides more latency, and
-shared memory is not otherwise used. A kernel whose CTAs share an SM (``ctas_per_sm``) takes the
-deepest ring that still lets the SM hold as many of its CTAs as the shallowest would: another CTA
-hides more latency than another stage of the same CTA.
+shared memory is not otherwise used. A kernel whose CTAs share an SM (``ctas_per_sm``) takes every
+ring that still lets the SM hold as many of its CTAs as the shallowest would (another CTA hides more
+latency than another stage of the same CTA), and its model weighs the depths: a deep ring's prologue
+costs on short K ranges.
 """
 from __future__ import annotations
 
@@ -96,8 +97,9 @@ def candidates(variant, M: int, N: int, K: int, arch: str) -> list[Tile]:
 
 def _depths(variant, base: Tile, space: TileSpace, arch: str, tile_problem, smem_of) -> list[Tile]:
     """``base`` with the most stages (``space.min_stages``..``max_stages``) its kernel accepts and ``arch``'s
-    shared memory holds (with ``ctas_per_sm``: the most that keep the SM's count of CTAs at its best), as a
-    list of one; empty if not even the fewest fit."""
+    shared memory holds, as a list of one; with ``ctas_per_sm``, every depth that keeps the SM's count of CTAs at
+    its best (the model weighs a deeper ring's latency hiding against its prologue: measured slower on short K
+    ranges); empty if not even the fewest fit."""
     fitting = []
     for stages in range(space.max_stages, space.min_stages - 1, -1):
         tile = replace(base, num_stages=stages)
@@ -109,4 +111,4 @@ def _depths(variant, base: Tile, space: TileSpace, arch: str, tile_problem, smem
     if not fitting:
         return []
     most = max(n for n, _ in fitting)
-    return [next(t for n, t in fitting if n == most)]
+    return [t for n, t in fitting if n == most]

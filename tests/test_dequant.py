@@ -175,7 +175,7 @@ def test_check_tile_rejects_misfits():
         ("m16n64k96_s4_t128_wrow", 576),  # 96 and 128 do not divide one another
         ("m16n64k256_s4_t128_wrow", 384),  # K not a multiple of block_K
         ("m12n64k256_s4_t128_wrow", 512),  # wgmma N must be a multiple of 8
-        ("m16n64k512_s2_t128_wrow_split4", 5120),  # K not a multiple of block_K x split (10 blocks, 4 CTAs)
+        ("m16n64k512_s2_t128_wrow_split4", 1536),  # 3 K blocks for 4 CTAs
         ("m128n64k128_s4_t128_wrow_split2", 8192),  # the prefill form does not split K
         ("m16n64k256_s4_t128_wrow_split16", 8192),  # more than a portable cluster
     ]:
@@ -356,6 +356,19 @@ def test_compile_decode_form_copies_its_k_block_as_one_piece_sm90a(kernels):
                           "(((int)threadIdx.x) * 16)" in glob and "* 2048)" in glob for dst, glob in copies)
     assert not re.search(r"\^ \(\(\(int\)threadIdx\.x\)", src)
     assert re.search(dq.WGMMA_RS_BF16 + r", 64, 8, 16,", src)
+
+
+@pytest.mark.compile
+def test_compile_uneven_split_runs_the_longer_count_and_adds_only_its_own_blocks(kernels):
+    """K = 1536 is 6 blocks of 256 over a split of 4: CTAs 0 and 1 run one block each (0, 1) and load the next
+    CTA's first without adding it, CTAs 2 and 3 run two (2-3, 4-5). TileLang's pipeline wants a static trip
+    count (2 here)."""
+    k = kernels("dequant_w4_int4_sym_g128", "m16n64k256_s2_t128_wrow_split4", "sm_90a", (16, 256, 1536))
+    assert k.record["status"] == "ok", k.record.get("reason")
+    src = k.source
+    assert re.search(r"max\(\(\(\(int\)blockIdx\.z\) - 2\), 0\)", src)  # CTA 3 starts one block later
+    assert re.search(r"if \(2 <= \(\(int\)blockIdx\.z\)\)", src)  # the last block is the longer CTAs' only
+    assert src.count("dq_decode_fragment<0, 256, 128, 64, 2>(") == 2  # the pipeline's 2 iterations, unrolled
 
 
 @pytest.mark.compile

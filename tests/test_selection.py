@@ -308,12 +308,27 @@ def test_every_dequant_candidate_fits_its_shape_with_the_ring_that_keeps_most_ct
         smem = kernel_smem_bytes(v.kernel, t)
         assert smem_problem(t.name, smem, "sm_90a") is None
         ctas = space.ctas_per_sm(t, smem)
-        for stages in range(space.min_stages, space.max_stages + 1):  # no other depth holds more CTAs; none deeper as many
-            other = parse_tile(t.name.replace(f"_s{t.num_stages}_", f"_s{stages}_"))
+        names = {u.name for u in tiles}
+        for stages in range(space.min_stages, space.max_stages + 1):  # no other depth holds more CTAs; each as many is
+            other = parse_tile(t.name.replace(f"_s{t.num_stages}_", f"_s{stages}_"))  # a candidate too
             other_smem = kernel_smem_bytes(v.kernel, other)
             if smem_problem(t.name, other_smem, "sm_90a") is None:
                 assert space.ctas_per_sm(other, other_smem) <= ctas
-                assert stages <= t.num_stages or space.ctas_per_sm(other, other_smem) < ctas
+                assert (space.ctas_per_sm(other, other_smem) < ctas) == (other.name not in names)
+
+
+def test_a_k_split_need_not_divide_the_k_blocks():
+    """K = 18944 is 74 blocks of 256: a split of 4 runs 19, 19, 18 and 18 (Qwen2.5-7B's down projection, narrow N
+    and long K, lost to tinygemm while only a split of 2 fit); a split with fewer K blocks than CTAs does not fit."""
+    from kernels.dequant_w4 import check_dequant_w4_tile
+
+    v = get_variant("dequant_w4_int4_sym_g128")
+    check_dequant_w4_tile(_fmt(v), 18944, parse_tile("m8n64k256_s4_t128_wrow_split4"))
+    with pytest.raises(ValueError, match=r"K=256 must be a multiple of block_K=256 with at least one K block per CTA "
+                                         r"of the split \(2\)"):
+        check_dequant_w4_tile(_fmt(v), 256, parse_tile("m8n64k256_s4_t128_wrow_split2"))
+    assert any(t.split_k == 4 for t in candidates(v, 1, 3584, 18944, "sm_90a"))
+    assert rank(v, 1, 3584, 18944, H200)[0][0].split_k >= 4  # 56 output tiles: a split of 2 leaves SMs idle
 
 
 def _fmt(v):
