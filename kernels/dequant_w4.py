@@ -25,16 +25,15 @@ ptxas serialized the wgmmas anyway (warning C7514).
 
 Two forms, chosen by the tile (``dequant_w4_pass_configs``): decode tiles (block_M <= 64) are built
 without TileLang's warp specialization, so every thread loads (cp.async), decodes and multiplies in
-~124-250 registers and several CTAs share an SM. A decode tile
-may split K (``_split<n>``): the n CTAs of one output tile form a thread-block cluster along the grid's z,
-each runs 1/n of the K blocks (the last K/block_K mod n CTAs one more), and rank 0 adds the others' fp32 sums
-through distributed shared memory in rank order (``dq_cluster_reduce``: deterministic, one kernel, no workspace), so a narrow N still fills
-the SMs. Prefill tiles keep TileLang's producer warpgroup and TMA loads. docs/design/dequant_w4.md has
-the measurements.
+64-221 registers and several CTAs share an SM. A decode tile may split K (``_split<n>``): the n CTAs of one
+output tile form a thread-block cluster along the grid's z, each runs 1/n of the K blocks (the last
+K/block_K mod n CTAs one more), and rank 0 adds the others' fp32 sums through distributed shared memory in
+rank order (``dq_cluster_reduce``: deterministic, one kernel, no workspace), so a narrow N still fills the SMs.
+Prefill tiles keep TileLang's producer warpgroup and TMA loads. docs/design/dequant_w4.md has the measurements.
 
 Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow[_split{n}]``;
 the warps must lie along the weight rows (``_wrow``). block_K must be a multiple or a divisor of the
-group, K a multiple of block_K (at least n K blocks; a split whose n does not divide them gives the first CTAs
+group, K a multiple of block_K (at least n K blocks; a split whose n does not divide them gives its last CTAs
 one block more), and N a multiple of 64 (the weight's panels). TileLang evaluates a prim_func's
 annotations with the factory's closure variables, so this module must not use
 ``from __future__ import annotations``.
@@ -151,9 +150,8 @@ def dequant_w4_ctas_per_sm(tile: Tile, smem_bytes: int, registers: int | None = 
 
 def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> str | None:
     """Why the tile space leaves ``tile`` out at M x N x K (None: a candidate): the kernel's own rule
-    (``check_dequant_w4_tile``: K in whole K blocks per CTA, the group; N in whole panels of 64 rows), and the
-    forms measured slower
-    (docs/design/dequant_w4.md): a decode tile of two warpgroups (block_N 128: 28.6 against 19.7 µs at
+    (``check_dequant_w4_tile``: K in whole K blocks, the group; N in whole panels of 64 rows), and the forms
+    measured slower (docs/design/dequant_w4.md): a decode tile of two warpgroups (block_N 128: 28.6 against 19.7 µs at
     1x8192²) or of K blocks under 128, a prefill tile of K blocks over 128 (its decoded fragment and the
     producer's ring outgrow the registers and shared memory one CTA per SM has). A decode tile over more than
     8 row blocks of A (decoding each weight 9 times or more) is left out with the raster swizzle it would get."""

@@ -318,7 +318,7 @@ def test_every_dequant_candidate_fits_its_shape_with_the_ring_that_keeps_most_ct
 
 
 def test_a_k_split_need_not_divide_the_k_blocks():
-    """K = 18944 is 74 blocks of 256: a split of 4 runs 19, 19, 18 and 18 (Qwen2.5-7B's down projection, narrow N
+    """K = 18944 is 74 blocks of 256: a split of 4 runs 18, 18, 19 and 19 (Qwen2.5-7B's down projection, narrow N
     and long K, lost to tinygemm while only a split of 2 fit); a split with fewer K blocks than CTAs does not fit."""
     from kernels.dequant_w4 import check_dequant_w4_tile
 
