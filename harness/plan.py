@@ -704,11 +704,21 @@ class Plan:
         return self._choices[key]
 
     def tune_candidates(self, entry: str, platform: str, shape: str) -> list[tuple[str, float]]:
-        """(tile, predicted µs) of the model's best ``tune_candidates`` tiles for one shape."""
+        """(tile, predicted µs) of the model's best ``tune_candidates`` tiles for one shape, one per configuration:
+        where a tile space offers several ring depths of one tile (a kernel of resident CTAs), the model's best depth
+        stands for them, so that the tune times different tiles rather than depths of one."""
+        from dataclasses import replace
+
         from harness.selection import rank
 
-        return [(t.name, round(us, 3)) for t, us in
-                rank(self.impl(entry), *parse_shape(shape), self.platform_model(platform))[:self.selection["tune_candidates"]]]
+        picked, seen = [], set()
+        for t, us in rank(self.impl(entry), *parse_shape(shape), self.platform_model(platform)):
+            if (config := replace(t, num_stages=0)) not in seen:
+                seen.add(config)
+                picked.append((t.name, round(us, 3)))
+            if len(picked) == self.selection["tune_candidates"]:
+                break
+        return picked
 
     def tune_entries(self, platform: str) -> list[str]:
         """The entries a platform tunes: TileLang entries whose tiles on its arch are selected."""

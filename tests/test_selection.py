@@ -317,6 +317,17 @@ def test_every_dequant_candidate_fits_its_shape_with_the_ring_that_keeps_most_ct
                 assert (space.ctas_per_sm(other, other_smem) < ctas) == (other.name not in names)
 
 
+def test_a_tune_times_different_tiles_not_ring_depths_of_one():
+    """The model ranks m8n64k512_split2 at rings 2, 3 and 4 first at 1x8192x8192; the tune's candidates take its
+    best depth and go on to other tiles."""
+    plan = Plan(load_config())
+    ranked = [t for t, _ in rank(get_variant("dequant_w4_int4_sym_g128"), 1, 8192, 8192, H200)]
+    picked = [parse_tile(name) for name, _ in plan.tune_candidates("dequant_w4_int4_sym_g128", "h200", "1x8192x8192")]
+    assert len(picked) == plan.selection["tune_candidates"] and picked[0] == ranked[0]
+    assert len({(t.block_M, t.block_N, t.block_K, t.split_k) for t in picked}) == len(picked)
+    assert len({(t.block_M, t.block_N, t.block_K, t.split_k) for t in ranked[:len(picked)]}) < len(picked)
+
+
 def test_a_k_split_need_not_divide_the_k_blocks():
     """K = 18944 is 74 blocks of 256: a split of 4 runs 18, 18, 19 and 19 (Qwen2.5-7B's down projection, narrow N
     and long K, lost to tinygemm while only a split of 2 fit); a split with fewer K blocks than CTAs does not fit."""
