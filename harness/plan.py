@@ -247,26 +247,30 @@ def check_zoo(cfg: dict) -> None:
                 raise ConfigError(f"zoo.distributions: {entry} ({where}.{i}) does not run {sorted(missing)}")
 
 
+def _zoo_layer_shapes(cfg: dict):
+    """(shape, layer) for every layer of the config's zoo at each of its M, in config order."""
+    for layer in (cfg.get("zoo") or {}).get("layers", []):
+        for M in layer["M"]:
+            yield f"{M}x{layer['N']}x{layer['K']}", layer
+
+
 def zoo_layers(cfg: dict) -> dict[str, list[str]]:
     """{shape: ["<model> <layer>", ...]} of the config's zoo (a shape two layers share lists both)."""
     out: dict[str, list[str]] = {}
-    for layer in cfg.get("zoo", {}).get("layers", []):
+    for shape, layer in _zoo_layer_shapes(cfg):
         name = f"{layer['model']} {layer['layer']}"
-        for M in layer["M"]:
-            names = out.setdefault(f"{M}x{layer['N']}x{layer['K']}", [])
-            names += [name] if name not in names else []  # one layer listed twice, for two sets of entries
+        names = out.setdefault(shape, [])
+        names += [name] if name not in names else []  # one layer listed twice, for two sets of entries
     return out
 
 
 def zoo_layer_entries(cfg: dict) -> dict[str, list[str]]:
     """{shape: [entry, ...]}: the config entries that time each zoo shape, a layer's own ``entries`` or else
     ``zoo.entries`` (a shape two layers share: both lists, in config order); their peers come with them."""
-    zoo = cfg.get("zoo") or {}
     out: dict[str, list[str]] = {}
-    for layer in zoo.get("layers", []):
-        for M in layer["M"]:
-            have = out.setdefault(f"{M}x{layer['N']}x{layer['K']}", [])
-            have += [e for e in layer.get("entries", zoo["entries"]) if e not in have]
+    for shape, layer in _zoo_layer_shapes(cfg):
+        have = out.setdefault(shape, [])
+        have += [e for e in layer.get("entries", cfg["zoo"]["entries"]) if e not in have]
     return out
 
 

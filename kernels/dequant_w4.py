@@ -108,6 +108,12 @@ PANEL_ROWS = 64
 PANEL_SPAN_BYTES = 32
 
 
+def panel_problem(N: int) -> str | None:
+    """Why a weight of N rows cannot be prepared in panels (``arrange_packed``), or None."""
+    return f"N={N} must be a multiple of {PANEL_ROWS}: the packed weight is stored in panels of {PANEL_ROWS} rows" \
+        if N % PANEL_ROWS else None
+
+
 def decode_form(tile: Tile) -> bool:
     """Whether ``tile`` builds the decode form (block_M <= 64) rather than the warp-specialized prefill form."""
     return tile.block_M <= DECODE_MAX_BLOCK_M
@@ -159,8 +165,8 @@ def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> s
         check_dequant_w4_tile(fmt, K, tile)
     except ValueError as e:
         return str(e)
-    if N % PANEL_ROWS:
-        return f"tile {tile.name}: N={N} must be a multiple of {PANEL_ROWS}: the packed weight is stored in panels of 64 rows"
+    if why := panel_problem(N):
+        return f"tile {tile.name}: {why}"
     if decode_form(tile) and (tile.block_N != 64 or tile.block_K < 128 or tile.swizzle):
         return (f"tile {tile.name}: the decode form runs one warpgroup (block_N 64) on K blocks of at least 128, "
                 f"in a plain raster (at most 8 row blocks)")
@@ -198,8 +204,8 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     from tilelang.layout import make_linear_layout
 
     check_dequant_w4_tile(fmt, K, tile)
-    if N % PANEL_ROWS:
-        raise ValueError(f"dequant_w4_kernel: N={N} must be a multiple of {PANEL_ROWS} (the weight's panels)")
+    if why := panel_problem(N):
+        raise ValueError(f"dequant_w4_kernel: {why}")
     bM, bN, bK, G = tile.block_M, tile.block_N, tile.block_K, fmt.group
     groups_per_block = max(bK // G, 1)
     scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
