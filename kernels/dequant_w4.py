@@ -17,13 +17,14 @@ are 8 contiguous bytes (one 8-byte shared load), for the int4 decodes with each 
 (a shift and one LOP3 place both in their bf16 lanes, no byte permute).
 The decoder is CUDA, ``dequant_w4_decode.cuh`` beside this module. Accumulation is fp32 in wgmma, the
 output is rounded to bf16 once. The same
-prim_func builds for sm_89 and sm_100a with bf16 ``mma.sync`` (untuned there). The wgmma waits at every
-K block (``T.gemm``). An overlapped schedule (double-buffered fragments, async ``T.wgmma_gemm``) is not
-used: TileLang's pipeline frees a stage's shared buffers right after their last use in program order,
-before a later ``T.wait_wgmma``, so the activation tile would need a private copy, and with that copy
-ptxas serialized the wgmmas anyway (warning C7514).
+prim_func builds for sm_89 and sm_100a with bf16 ``mma.sync`` (untuned there). In the two pipelined forms the
+wgmma waits at every K block (``T.gemm``): TileLang's pipeline frees a stage's shared buffers right after their
+last use in program order, before a later ``T.wait_wgmma``, so an asynchronous wgmma would race the refill of
+its activation tile.
 
-Two forms, chosen by the tile (``dequant_w4_pass_configs``): decode tiles (block_M <= 64) are built
+Three forms, chosen by the tile (``dequant_w4_pass_configs``). A tile with a producer warpgroup beside its
+consumers (threads 128·(block_N/64 + 1), ``overlapped_form``) builds ``dequant_w4_overlapped_kernel``: its own
+ring and barriers, the decode of K block k + 1 under the wgmma of block k. Otherwise decode tiles (block_M <= 64) are built
 without TileLang's warp specialization, so every thread loads (cp.async), decodes and multiplies in
 64-221 registers and several CTAs share an SM. A decode tile may split K (``_split<n>``): the n CTAs of one
 output tile form a thread-block cluster along the grid's z, each runs 1/n of the K blocks (the last
@@ -31,7 +32,8 @@ K/block_K mod n CTAs one more), and rank 0 adds the others' fp32 sums through di
 rank order (``dq_cluster_reduce``: deterministic, one kernel, no workspace), so a narrow N still fills the SMs.
 Prefill tiles keep TileLang's producer warpgroup and TMA loads. docs/design/dequant_w4.md has the measurements.
 
-Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64}_wrow[_split{n}]``;
+Tiles: ``m{rows of A}n{weight rows = 64 per consumer warpgroup}k{K block}_s{stages}_t{128·n/64, or 128·(n/64 + 1)
+with a producer}_wrow[_split{n}]``;
 the warps must lie along the weight rows (``_wrow``). block_K must be a multiple or a divisor of the
 group, K a multiple of block_K (at least n K blocks; a split whose n does not divide them gives its last CTAs
 one block more), and N a multiple of 64 (the weight's panels). TileLang evaluates a prim_func's
@@ -48,6 +50,8 @@ from kernels.formats import check_gemm_shape
 from kernels.registry import Operands
 from kernels.tile_space import TileSpace
 from kernels.tiles import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK, STATIC_SMEM_RESERVE, Tile
+from kernels.warp_specialized import PASS_CONFIGS as WS_PASS_CONFIGS
+from kernels.warp_specialized import TMA_PRODUCER, WARPGROUP, Launch, Skeleton
 
 # The CUDA decoder, pasted into the kernel with T.import_source and called with T.call_extern. It also
 # compiles as host C++ (tests/test_dequant.py runs it on the CPU): the two device instructions it needs,
@@ -62,6 +66,11 @@ def fragment_thread(i, j):
     return i // 16 * 32 + i % 8 * 4 + j % 8 // 2
 
 
+def consumer_fragment_thread(wg: int):
+    """``fragment_thread`` for consumer warpgroup ``wg`` of a kernel whose warpgroup 0 is the producer."""
+    return lambda i, j: fragment_thread(i, j) + 128 * (wg + 1)
+
+
 def fragment_index(i, j):
     """Register slot of element (i, j) in its thread's fragment (bf16 units)."""
     return j // 8 * 4 + i % 16 // 8 * 2 + j % 2
@@ -73,9 +82,14 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
     problems = []
     if tile.policy != "FullRow":
         problems.append("the warps must lie along the weight rows: use a _wrow tile")
-    if bN % 64 or tile.threads != 128 * (bN // 64):
+    consumers = max(bN // PANEL_ROWS, 1)
+    if bN % 64 or tile.threads not in (WARPGROUP * consumers, WARPGROUP * (consumers + 1)):
         problems.append(f"block_N (weight rows) must be 64 per consumer warpgroup: threads = 128·block_N/64 "
-                        f"= {128 * max(bN // 64, 1)}, got block_N={bN}, threads={tile.threads}")
+                        f"= {WARPGROUP * consumers}, or {WARPGROUP * (consumers + 1)} with a producer warpgroup "
+                        f"(the overlapped form), got block_N={bN}, threads={tile.threads}")
+    if overlapped_form(tile) and bN > OVERLAPPED_MAX_BLOCK_N:
+        problems.append(f"the overlapped form runs one or two consumer warpgroups: block_N at most "
+                        f"{OVERLAPPED_MAX_BLOCK_N}, got {bN}")
     if bM % 8 or not 8 <= bM <= 256:
         problems.append(f"block_M (rows of A, the wgmma N) must be a multiple of 8 in [8, 256], got {bM}")
     if bK % 64 or bK > 512:
@@ -86,8 +100,9 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
     if K % bK or K // bK < tile.split_k:
         problems.append(f"K={K} must be a multiple of block_K={bK} with at least one K block per CTA of the "
                         f"split ({tile.split_k})")
-    if tile.split_k > 1 and not decode_form(tile):
-        problems.append(f"a K split needs the decode form (block_M <= {DECODE_MAX_BLOCK_M}), got block_M={bM}")
+    if tile.split_k > 1 and not (decode_form(tile) or overlapped_form(tile)):
+        problems.append(f"a K split needs the decode form (block_M <= {DECODE_MAX_BLOCK_M}) or the overlapped form "
+                        f"(a producer warpgroup), got block_M={bM} with threads={tile.threads}")
     if not 1 <= tile.split_k <= MAX_SPLIT_K:
         problems.append(f"the K split is a thread-block cluster of at most {MAX_SPLIT_K} CTAs, got {tile.split_k}")
     if problems:
@@ -101,6 +116,8 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
 # 512: two). On the H200 (docs/design/dequant_w4.md) 16x28672x8192 went from 117 to 67 µs; prefill
 # tiles keep it: without it 4096x8192x8192 took 1234 µs, not 784.
 DECODE_MAX_BLOCK_M = 64
+# The overlapped form's consumer warpgroups: one or two (kernels.warp_specialized's register budgets)
+OVERLAPPED_MAX_BLOCK_N = 128
 # A K split (``_split<n>``) is one thread-block cluster along the grid's z: the portable cluster size
 MAX_SPLIT_K = 8
 # The prepared weight's panels (``arrange_packed``): 64 rows (one consumer warpgroup's) by spans of 32 bytes
@@ -114,13 +131,23 @@ def panel_problem(N: int) -> str | None:
         if N % PANEL_ROWS else None
 
 
+def overlapped_form(tile: Tile) -> bool:
+    """Whether ``tile`` builds the overlapped form: a producer warpgroup beside one consumer warpgroup per 64
+    weight rows, threads = 128·(block_N/64 + 1) (the other forms have 128·block_N/64)."""
+    return tile.threads == WARPGROUP * (tile.block_N // PANEL_ROWS + 1)
+
+
 def decode_form(tile: Tile) -> bool:
-    """Whether ``tile`` builds the decode form (block_M <= 64) rather than the warp-specialized prefill form."""
-    return tile.block_M <= DECODE_MAX_BLOCK_M
+    """Whether ``tile`` builds the decode form (block_M <= 64, no producer warpgroup) rather than the overlapped
+    form or TileLang's warp-specialized prefill form."""
+    return tile.block_M <= DECODE_MAX_BLOCK_M and not overlapped_form(tile)
 
 
 def dequant_w4_pass_configs(tile: Tile) -> dict:
-    """The sm_90a pass configs of a dequant_w4_<format> tile: the decode form or the prefill form."""
+    """The sm_90a pass configs of a dequant_w4_<format> tile: the decode form, the overlapped form (its own
+    producer and barriers) or the prefill form (TileLang's warp specialization)."""
+    if overlapped_form(tile):
+        return dict(WS_PASS_CONFIGS)
     return {"tl.disable_warp_specialized": True} if decode_form(tile) else {}
 
 
@@ -141,13 +168,27 @@ def decode_form_registers(tile: Tile) -> int:
     return math.ceil(24 + 0.27 * tile.block_K + 0.9 * tile.block_M)
 
 
+def dequant_w4_smem_bytes(tile: Tile, fmt: W4Format) -> int:
+    """Dynamic shared memory of ``dequant_w4_kernel``: per stage bf16 A, the packed 4-bit weight, the group scales
+    (and zeros) of one K block; the overlapped form adds each consumer's staged output tile and, split, the
+    partial sums its cluster reduction reads (the pipelined forms reuse the ring's memory for those)."""
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    groups = max(bK // fmt.group, 1)
+    scale = 1 if fmt.scale == "e8m0" else 2
+    zeros = 2 if fmt.has_zeros else 0
+    ring = tile.num_stages * (bM * bK * 2 + bN * bK // 2 + groups * bN * (scale + zeros))
+    if not overlapped_form(tile):
+        return ring
+    return ring + bM * bN * 2 + (bM * bN * 4 if tile.split_k > 1 else 0)
+
+
 def dequant_w4_ctas_per_sm(tile: Tile, smem_bytes: int, registers: int | None = None) -> int:
     """CTAs of ``tile`` one sm_90 SM holds at once. A decode tile's as many as its registers per thread
     (``registers``, default the estimate ``decode_form_registers``; allocated in steps of 8), its shared memory
     (``smem_bytes`` plus the static reserve) and its warps allow; a prefill tile's warp-specialized consumers
     raise their registers to fill the SM (setmaxnreg): one."""
     if not decode_form(tile):
-        return 1
+        return 1  # the overlapped and prefill forms' consumers raise their registers to fill the SM (setmaxnreg)
     registers = -(-min(registers or decode_form_registers(tile), MAX_REGISTERS_PER_THREAD) // 8) * 8
     by_registers = REGISTERS_PER_BLOCK // (registers * tile.threads)
     per_cta = smem_bytes + STATIC_SMEM_RESERVE["sm_90a"] + SM90_SHARED_RESERVED_PER_CTA
@@ -167,6 +208,10 @@ def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> s
         return str(e)
     if why := panel_problem(N):
         return f"tile {tile.name}: {why}"
+    if overlapped_form(tile):
+        # built and checked by name (harness.tryout) while its first measurements are taken; the model has no
+        # terms for its overlap yet, so the selection does not rank it
+        return f"tile {tile.name}: the overlapped form is not ranked by the selection until measured"
     if decode_form(tile) and (tile.block_N != 64 or tile.block_K < 128 or tile.swizzle):
         return (f"tile {tile.name}: the decode form runs one warpgroup (block_N 64) on K blocks of at least 128, "
                 f"in a plain raster (at most 8 row blocks)")
@@ -206,6 +251,8 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     check_dequant_w4_tile(fmt, K, tile)
     if why := panel_problem(N):
         raise ValueError(f"dequant_w4_kernel: {why}")
+    if overlapped_form(tile):
+        return dequant_w4_overlapped_kernel(M, N, K, tile, fmt)
     bM, bN, bK, G = tile.block_M, tile.block_N, tile.block_K, fmt.group
     groups_per_block = max(bK // G, 1)
     scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
@@ -302,6 +349,172 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
                     store_tile(Ct_frag, C_shared, C, bx, by)
             else:
                 store_tile(Ct_frag, C_shared, C, bx, by)
+
+    return main
+
+
+def dequant_w4_overlapped_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
+    """The overlapped form of ``dequant_w4_kernel`` (a tile with a producer warpgroup, ``overlapped_form``): the
+    decode of K block k + 1 runs while the wgmma of block k does.
+
+    - producer warpgroup, warp 0: TMA-loads each K block of the CTA's range (its A rows, the weight's panels, the
+      group scales and zeros) into a ring of ``num_stages`` stages, guarded by *full* (the bytes landed) and
+      *empty* (every consumer warp's wgmma reading the stage retired) barriers;
+    - one or two consumer warpgroups, 64 weight rows each: wait for the stage, decode their rows into one of
+      two register fragments in turn (even and odd K blocks), issue the register-sourced wgmma (activations
+      from the stage) without waiting, then ``wait_wgmma(1)``: the previous block's wgmma retires and its
+      stage is released, this block's keeps running while the next block is decoded.
+
+    So no consumer waits for its own wgmma inside the K loop, and the activation tile stays in its stage until
+    the wgmma that reads it retired (the reason the pipelined forms wait at every K block). One output tile per
+    CTA (grid as the decode form's); a K split is a cluster along z whose rank 0 adds the partial sums
+    (``dq_cluster_reduce``, the producer warpgroup joining its two cluster barriers). The epilogue transposes the
+    fp32 sums into a bf16 (block_M, 64) tile per consumer and TMA-stores it (rows past M clipped).
+    """
+    import tilelang.language as T
+    from tilelang.layout import make_linear_layout
+
+    bM, bN, bK, G, S = tile.block_M, tile.block_N, tile.block_K, fmt.group, tile.num_stages
+    consumers, panels = bN // PANEL_ROWS, bN // PANEL_ROWS
+    consumer_threads = WARPGROUP * consumers
+    groups_per_block = max(bK // G, 1)
+    scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
+    zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
+    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {packed_arrangement(fmt)}>"
+    split = tile.split_k
+    k_blocks, longer = divmod(K // bK, split)  # as the decode form: the last K/bK mod split CTAs one block more
+    first_longer = split - longer
+    count = k_blocks + (1 if longer else 0)  # the K blocks every CTA runs (see k_first below)
+    grid = (N // bN, -(-M // bM)) + ((split,) if split > 1 else ())
+    cluster = {"cluster_dims": (1, 1, split)} if split > 1 else {}
+    reduce = f"dq_cluster_reduce<{PANEL_ROWS * bM // WARPGROUP}, {consumer_threads}>"
+    # the skeleton's roles and epilogue (its launch fields other than the consumers are unused: one tile per CTA)
+    shape = Launch(consumers, tile.threads, 1, 1, k_blocks, 1, 1, 1)
+    ws = Skeleton(T, tile, shape, TMA_PRODUCER, S)
+    rows = PANEL_ROWS
+
+    @T.macro
+    def step(g, first, F, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane):
+        slot = g % S
+        T.barrier_wait(full[slot], (g // S) & 1)
+        T.call_extern("handle", decoder, T.address_of(F[0, 0]), T.address_of(B_s[slot, 0, 0, 0]),
+                      T.address_of(S_s[slot, 0, 0]), T.address_of((Z_s if fmt.has_zeros else S_s)[slot, 0, 0]), tid)
+        T.wgmma_gemm(F, A_s[slot, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow, clear_accum=first)
+        # block g - 1's wgmma retires (block g's keeps running); its stage is free. The wait is unconditional: behind
+        # a branch (g > 0) ptxas serializes every wgmma (C7514)
+        T.wait_wgmma(1)
+        if g > 0:
+            if lane == 0:
+                T.barrier_arrive(empty[(g + S - 1) % S])
+
+    @T.macro
+    def stage_output(acc, C_s, C, by, col, wg):
+        for i, j in T.Parallel(rows, bM):
+            C_s[j, i] = acc[i, j]
+
+    @T.macro
+    def store_output(acc, C_s, C, by, col, wg):
+        T.tma_copy(C_s, C[by * bM:(by + 1) * bM, col:col + rows])
+
+    @T.macro
+    def consume(A_s, B_s, S_s, Z_s, full, empty, partial_sums, C, C_s, acc, F0, F1, wg):
+        tx = T.get_thread_binding()
+        tid = tx - WARPGROUP  # among the consumer threads: the decoder's rows (64 per warpgroup)
+        lane = tx % 32
+        # the fragments alternate; an odd count's first block goes before the loop (after it, ptxas would see its
+        # fragment redefined under the last wgmma and serialize them all, C7513)
+        if count % 2 == 1:
+            step(0, True, F0, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
+            for kp in T.serial(count // 2):
+                step(2 * kp + 1, False, F1, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
+                step(2 * kp + 2, False, F0, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
+        else:
+            for kp in T.serial(count // 2):
+                step(2 * kp, kp == 0, F0, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
+                step(2 * kp + 1, False, F1, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
+        T.wait_wgmma(0)
+        T.warpgroup_fence_operand(acc, num_regs=rows * bM // WARPGROUP)
+        bx, by = T.get_block_binding(0), T.get_block_binding(1)
+        col = bx * bN + wg * rows
+        if split > 1:
+            # rank 0 of the cluster (the call returns 1 there) adds the others' sums and stores the tile
+            if T.call_extern("int32", reduce, T.address_of(acc[0, 0]), T.address_of(partial_sums[0]), tid) == 1:
+                ws.store_tile(wg, 0, stage_output, store_output, acc, C_s, C, by, col, wg)
+        else:
+            ws.store_tile(wg, 0, stage_output, store_output, acc, C_s, C, by, col, wg)
+        T.tma_store_wait(0)
+
+    @T.macro
+    def produce(A, B, Sc, Z, A_s, B_s, S_s, Z_s, full, empty, k_first, own):
+        tx = T.get_thread_binding()
+        bx, by = T.get_block_binding(0), T.get_block_binding(1)
+        if tx < 32:
+            for g in T.serial(count):
+                slot = g % S
+                k = k_first + g
+                ka = T.if_then_else(g < own, k, K // bK) if longer else k  # past K: zeros
+                T.barrier_wait(empty[slot], ((g // S) & 1) ^ 1)
+                T.tma_copy(A[by * bM:(by + 1) * bM, ka * bK:(ka + 1) * bK], A_s[slot, :, :], barrier=full[slot])
+                T.tma_copy(B[bx * panels:(bx + 1) * panels, k * bK:(k + 1) * bK, 0:PANEL_SPAN_BYTES], B_s[slot, :, :, :],
+                           barrier=full[slot])
+                g0 = k * bK // G
+                T.tma_copy(Sc[g0:g0 + groups_per_block, bx * bN:(bx + 1) * bN], S_s[slot, :, :], barrier=full[slot])
+                if fmt.has_zeros:
+                    T.tma_copy(Z[g0:g0 + groups_per_block, bx * bN:(bx + 1) * bN], Z_s[slot, :, :],
+                               barrier=full[slot])
+                T.barrier_arrive(full[slot])
+        if split > 1:
+            # the consumers' cluster reduction has two cluster-wide barriers, which every thread must reach
+            T.call_extern("handle", "dq_cluster_barriers<2>")
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "bfloat16"),
+        B: T.Tensor((N // PANEL_ROWS, K, PANEL_SPAN_BYTES), "int8"),
+        Sc: T.Tensor((K // G, N), scale_dtype),
+        Z: T.Tensor(zeros_shape, "bfloat16"),
+        C: T.Tensor((M, N), "bfloat16"),
+    ):
+        with T.Kernel(*grid, threads=tile.threads, **cluster) as block:
+            # every CTA runs the longer count (a static one: a trip count that differs between CTAs makes ptxas
+            # serialize the wgmmas, C7513); a shorter CTA's extra block reads A past K, which the TMA zero-fills, so
+            # it adds exact zeros (its weight block, the next CTA's first, is in bounds)
+            k_first, own = 0, k_blocks
+            if split > 1:
+                k_first = block[2] * k_blocks + T.max(block[2] - first_longer, 0)
+                if longer:
+                    own = k_blocks + T.if_then_else(block[2] >= first_longer, 1, 0)
+            A_s = T.alloc_shared((S, bM, bK), "bfloat16")
+            B_s = T.alloc_shared((S, panels, bK, PANEL_SPAN_BYTES), "int8")
+            S_s = T.alloc_shared((S, groups_per_block, bN), scale_dtype)
+            # without zero points the decoder's zeros pointer is an unread stand-in (the scales' stage)
+            Z_s = T.alloc_shared((S, groups_per_block, bN), "bfloat16") if fmt.has_zeros else None
+            C_s = [T.alloc_shared((bM, rows), "bfloat16") for _ in range(consumers)]
+            partial_sums = T.alloc_shared((PANEL_ROWS * bM * consumers,), "float32") if split > 1 else None
+            acc = [T.alloc_fragment((rows, bM), "float32") for _ in range(consumers)]
+            frags = [(T.alloc_fragment((rows, bK), "bfloat16"), T.alloc_fragment((rows, bK), "bfloat16"))
+                     for _ in range(consumers)]
+            full = T.alloc_barrier([32] * S)
+            empty = T.alloc_barrier([consumers * 4] * S)
+            T.import_source(DECODE_CUDA_SOURCE)
+            # the decoder reads the packed tile and the scales through raw pointers: row-major, unswizzled
+            layouts = {B_s: make_linear_layout(B_s), S_s: make_linear_layout(S_s)}
+            if fmt.has_zeros:
+                layouts[Z_s] = make_linear_layout(Z_s)
+            # and writes the fragments (the reduction reads the sums) through raw pointers: their layouts pinned to
+            # wgmma's A and D layouts, as the decode form's
+            for frag in [f for pair in frags for f in pair]:
+                layouts[frag] = T.Fragment(frag.shape, forward_thread_fn=fragment_thread, forward_index_fn=fragment_index)
+            if split > 1:
+                # (a comprehension: a for loop here would be traced as a kernel loop)
+                layouts.update({a: T.Fragment(a.shape, forward_thread_fn=consumer_fragment_thread(wg),
+                                              forward_index_fn=fragment_index) for wg, a in enumerate(acc)})
+            T.annotate_layout(layouts)
+            if tile.swizzle:
+                T.use_swizzle(tile.swizzle)
+            ws.dispatch(produce, consume, (A, B, Sc, Z, A_s, B_s, S_s, Z_s, full, empty, k_first, own),
+                        [(A_s, B_s, S_s, Z_s, full, empty, partial_sums, C, C_s[wg], acc[wg], *frags[wg], wg)
+                         for wg in range(consumers)])
 
     return main
 

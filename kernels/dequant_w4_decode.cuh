@@ -196,4 +196,13 @@ __device__ __forceinline__ int dq_cluster_reduce(void* acc_, void* red_, int tid
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
   return rank == 0;
 }
+
+// The N cluster-wide barriers of dq_cluster_reduce, for the threads that hold no sums (the overlapped form's
+// producer warpgroup): every thread of the cluster must reach each of them.
+template <int N>
+__device__ __forceinline__ void dq_cluster_barriers() {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 #endif

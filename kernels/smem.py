@@ -34,12 +34,9 @@ def _blockscaled_pipelined_smem(tile: Tile, **_) -> int:
 
 
 def _dequant_smem(tile: Tile, fmt=None, **_) -> int:
-    """dequant_w4_kernel: bf16 A, packed 4-bit weight, the group scales (and zeros) of one K block, per stage."""
-    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
-    groups = max(bK // fmt.group, 1)
-    scale = 1 if fmt.scale == "e8m0" else 2
-    zeros = 2 if fmt.has_zeros else 0
-    return pipelined_smem_bytes(tile, bM * bK * 2 + bN * bK // 2 + groups * bN * (scale + zeros))
+    from kernels.dequant_w4 import dequant_w4_smem_bytes
+
+    return dequant_w4_smem_bytes(tile, fmt)
 
 
 def _fp8_ws_smem(tile: Tile, **_) -> int:

@@ -171,7 +171,8 @@ def test_check_tile_rejects_misfits():
                 dqw.check_dequant_w4_tile(f, K, parse_tile(name))
     for bad, K in [
         ("m16n64k256_s4_t128", 512),  # Square policy
-        ("m16n64k256_s4_t256_wrow", 512),  # threads do not match 64 rows per warpgroup
+        ("m16n64k256_s4_t192_wrow", 512),  # threads do not match 64 rows per warpgroup (and a producer)
+        ("m16n192k64_s4_t512_wrow", 512),  # the overlapped form has one or two consumer warpgroups
         ("m16n64k96_s4_t128_wrow", 576),  # 96 and 128 do not divide one another
         ("m16n64k256_s4_t128_wrow", 384),  # K not a multiple of block_K
         ("m12n64k256_s4_t128_wrow", 512),  # wgmma N must be a multiple of 8
@@ -182,6 +183,35 @@ def test_check_tile_rejects_misfits():
         with pytest.raises(ValueError):
             dqw.check_dequant_w4_tile(fmt, K, parse_tile(bad))
     dqw.check_dequant_w4_tile(fmt, 14336, parse_tile("m8n64k256_s4_t128_wrow_split8"))  # 56 K blocks, 7 per CTA
+
+
+def test_the_tile_picks_the_form():
+    """A producer warpgroup beside the consumers (threads 128·(block_N/64 + 1)) is the overlapped form, at any
+    block_M; without it block_M decides between the decode form and TileLang's warp-specialized prefill form."""
+    from kernels.registry import pass_configs_for
+    from kernels.warp_specialized import PASS_CONFIGS
+
+    v = VARIANTS["dequant_w4_int4_sym_g128"]
+    forms = {name: (dqw.overlapped_form(parse_tile(name)), dqw.decode_form(parse_tile(name))) for name in [
+        "m16n64k256_s4_t256_wrow_split2", "m256n128k64_s4_t384_wrow", "m16n64k256_s4_t128_wrow",
+        "m256n128k64_s4_t256_wrow_z8"]}
+    assert forms == {"m16n64k256_s4_t256_wrow_split2": (True, False), "m256n128k64_s4_t384_wrow": (True, False),
+                     "m16n64k256_s4_t128_wrow": (False, True), "m256n128k64_s4_t256_wrow_z8": (False, False)}
+    assert pass_configs_for(v, "sm_90a", parse_tile("m256n128k64_s4_t384_wrow")) == PASS_CONFIGS
+    fmt = dqf.W4_FORMATS["w4_int4_sym_g128"]
+    dqw.check_dequant_w4_tile(fmt, 18944, parse_tile("m8n64k256_s4_t256_wrow_split4"))  # 74 K blocks: uneven
+    dqw.check_dequant_w4_tile(fmt, 8192, parse_tile("m256n128k64_s4_t384_wrow"))
+
+
+def test_the_selection_does_not_rank_the_overlapped_form_yet():
+    """Until its first measurements the tile space leaves the overlapped form out (named tiles still build)."""
+    from kernels.tile_space import candidates
+
+    v = VARIANTS["dequant_w4_int4_sym_g128"]
+    for M, N, K in [(1, 8192, 8192), (16, 3584, 18944), (256, 8192, 8192), (4096, 8192, 8192)]:
+        tiles = candidates(v, M, N, K, "sm_90a")
+        assert tiles and not any(dqw.overlapped_form(t) for t in tiles)
+    assert "not ranked" in v.tile_space.rule(16, 8192, 8192, parse_tile("m16n64k256_s4_t256_wrow_split2"))
 
 
 # ---------------------------------------------------------------- the CUDA decoder on the host
@@ -382,6 +412,32 @@ def test_compile_split_decode_tile_reduces_through_its_cluster(kernels):
     assert "dq_cluster_reduce<4, 128>" in src and "barrier.cluster.arrive.release" in src
     assert re.search(r"if \(leader\[0\] == 1\)", src)  # only rank 0 stores C
     assert re.search(r"\(\(int\)blockIdx\.z\)", src)  # the CTA's half of K
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name,tile,shape", [
+    ("w4_int4_sym_g128", "m256n128k64_s4_t384_wrow", (256, 256, 1024)),
+    ("w4_uint4_zp_g128", "m16n64k256_s4_t256_wrow_split2", (256, 256, 1024)),
+    ("w4_mxfp4", "m16n64k256_s4_t256_wrow_split4", (16, 256, 2304)),  # 9 K blocks over 4 CTAs: uneven, odd count
+])
+def test_compile_overlapped_form_keeps_its_wgmmas_in_flight(kernels, name, tile, shape):
+    """The overlapped form: the producer gives up registers (setmaxnreg), the consumers decode into two fragments
+    in turn and wait for all but the last wgmma batch (``wait_wgmma(1)``); ptxas must not serialize them (C7512-
+    C7514 would put a ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` after every HGMMA)."""
+    k = kernels(f"dequant_{name}", tile, "sm_90a", shape)
+    assert k.record["status"] == "ok", k.record.get("reason")
+    src, sass = k.source, k.sass
+    assert "warpgroup_reg_dealloc<40>" in src and "tl::wait_wgmma<1>();" in src
+    fmt = dqf.W4_FORMATS[name]
+    t = parse_tile(tile)
+    count = -(-shape[2] // t.block_K // t.split_k)  # every CTA runs the longer count; an odd one peels a block
+    calls = 3 if count % 2 else 2
+    assert src.count(f"dq_decode_fragment<{fmt.kind}, {t.block_K}, {fmt.group}, {t.block_N},") == calls * t.block_N // 64
+    hgmma = len(re.findall(r"\bHGMMA\.", sass))
+    waits_for_all = len(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0", sass))
+    assert hgmma and waits_for_all < hgmma // 2, (hgmma, waits_for_all)
+    if t.split_k > 1:
+        assert "dq_cluster_reduce<" in src and "dq_cluster_barriers<2>();" in src
 
 
 # ---------------------------------------------------------------- tinygemm, the library peer
