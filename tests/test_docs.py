@@ -92,6 +92,9 @@ EXERCISED_BY = {
         "tests/test_selection.py::test_calibrate_fits_every_selected_variant_from_the_published_measurements"],
     ".venv/bin/python -m harness.selection rank h200 fp8_e4m3_ws 16x8192x8192": [
         "tests/test_selection.py::test_rank_prints_the_models_order"],
+    ".venv/bin/python -m harness.tryout --plan tries.txt --json rows.json": [
+        "tests/test_tryout.py::test_a_plan_gives_each_shape_its_own_tiles_in_the_files_order",
+        "tests/test_tryout.py::test_compile_only_with_a_plan_builds_every_line"],
     (".venv/bin/python -m harness.tryout --shapes 4096x4096x4096,16x8192x8192 --variant fp8_e4m3_ws "
      "m128n128k128_s6_t384_z8 m64n16k256_s10_t256_swapab"): [
         "tests/test_tryout.py::test_timing_needs_a_gpu", "tests/test_tryout.py::test_bad_requests_are_refused_before_any_compile"],
