@@ -51,7 +51,7 @@ from kernels.registry import Operands
 from kernels.tile_space import TileSpace
 from kernels.tiles import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK, STATIC_SMEM_RESERVE, Tile
 from kernels.warp_specialized import PASS_CONFIGS as WS_PASS_CONFIGS
-from kernels.warp_specialized import TMA_PRODUCER, WARPGROUP, Launch, Skeleton
+from kernels.warp_specialized import TMA_PRODUCER, WARPGROUP, Launch, Skeleton, has_producer
 
 # The CUDA decoder, pasted into the kernel with T.import_source and called with T.call_extern. It also
 # compiles as host C++ (tests/test_dequant.py runs it on the CPU): the two device instructions it needs,
@@ -134,7 +134,7 @@ def panel_problem(N: int) -> str | None:
 def overlapped_form(tile: Tile) -> bool:
     """Whether ``tile`` builds the overlapped form: a producer warpgroup beside one consumer warpgroup per 64
     weight rows, threads = 128·(block_N/64 + 1) (the other forms have 128·block_N/64)."""
-    return tile.threads == WARPGROUP * (tile.block_N // PANEL_ROWS + 1)
+    return has_producer(tile.threads, tile.block_N)
 
 
 def decode_form(tile: Tile) -> bool:
@@ -166,20 +166,6 @@ def decode_form_registers(tile: Tile) -> int:
     within 8 of it for 8 of 12 tiles, 13-26 under at m16n64k256, m16n64k512 and m32n64k512, 16 over at
     m64n64k256; ptxas's count is not monotonic in the block sizes."""
     return math.ceil(24 + 0.27 * tile.block_K + 0.9 * tile.block_M)
-
-
-def dequant_w4_smem_bytes(tile: Tile, fmt: W4Format) -> int:
-    """Dynamic shared memory of ``dequant_w4_kernel``: per stage bf16 A, the packed 4-bit weight, the group scales
-    (and zeros) of one K block; the overlapped form adds each consumer's staged output tile and, split, the
-    partial sums its cluster reduction reads (the pipelined forms reuse the ring's memory for those)."""
-    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
-    groups = max(bK // fmt.group, 1)
-    scale = 1 if fmt.scale == "e8m0" else 2
-    zeros = 2 if fmt.has_zeros else 0
-    ring = tile.num_stages * (bM * bK * 2 + bN * bK // 2 + groups * bN * (scale + zeros))
-    if not overlapped_form(tile):
-        return ring
-    return ring + bM * bN * 2 + (bM * bN * 4 if tile.split_k > 1 else 0)
 
 
 def dequant_w4_ctas_per_sm(tile: Tile, smem_bytes: int, registers: int | None = None) -> int:

@@ -11,6 +11,7 @@ hundred bytes under (buffer alignment).
 from __future__ import annotations
 
 from kernels.tiles import Tile
+from kernels.warp_specialized import has_producer
 
 
 def pipelined_smem_bytes(tile: Tile, per_stage: float) -> int:
@@ -34,9 +35,17 @@ def _blockscaled_pipelined_smem(tile: Tile, **_) -> int:
 
 
 def _dequant_smem(tile: Tile, fmt=None, **_) -> int:
-    from kernels.dequant_w4 import dequant_w4_smem_bytes
-
-    return dequant_w4_smem_bytes(tile, fmt)
+    """dequant_w4_kernel: per stage bf16 A, the packed 4-bit weight, the group scales (and zeros) of one K block;
+    the overlapped form (a producer warpgroup) adds each consumer's staged output tile and, split, the partial
+    sums its cluster reduction reads (the pipelined forms reuse the ring's memory for those)."""
+    bM, bN, bK = tile.block_M, tile.block_N, tile.block_K
+    groups = max(bK // fmt.group, 1)
+    scale = 1 if fmt.scale == "e8m0" else 2
+    zeros = 2 if fmt.has_zeros else 0
+    ring = pipelined_smem_bytes(tile, bM * bK * 2 + bN * bK // 2 + groups * bN * (scale + zeros))
+    if not has_producer(tile.threads, bN):
+        return ring
+    return ring + bM * bN * 2 + (bM * bN * 4 if tile.split_k > 1 else 0)
 
 
 def _fp8_ws_smem(tile: Tile, **_) -> int:

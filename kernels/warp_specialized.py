@@ -43,6 +43,11 @@ PASS_CONFIGS = {
 }
 
 
+def has_producer(threads: int, rows: int) -> bool:
+    """Whether a block of ``threads`` is one producer warpgroup beside a consumer warpgroup per 64 of its ``rows``."""
+    return threads == WARPGROUP * (rows // ROWS_PER_CONSUMER + 1)
+
+
 @dataclass(frozen=True)
 class RegisterBudget:
     """``setmaxnreg`` budgets per thread (multiples of 8): the producer's, and a consumer's by the number of
