@@ -42,6 +42,7 @@ annotations with the factory's closure variables, so this module must not use
 """
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -218,6 +219,34 @@ def dequant_w4_tile_space(fmt: W4Format) -> TileSpace:
                      ctas_per_sm=dequant_w4_ctas_per_sm, arches=("sm_90a",))
 
 
+class KernelPlan(NamedTuple):
+    """What both forms' factories derive from (M, N, K, tile, format)."""
+
+    groups_per_block: int  # the group scale rows one K block reads
+    scale_dtype: str
+    zeros_shape: tuple  # an unread one-element stand-in for a format without zero points
+    decoder: str  # the CUDA decoder's instantiation
+    k_blocks: int  # K blocks per CTA of a split, before the last K/bK mod split CTAs' one more
+    longer: int  # how many CTAs of a split run one K block more
+    grid: tuple  # a split kernel's grid gains a z axis, one cluster of ``split`` CTAs per output tile
+    cluster: dict
+    reduce: str  # the cluster reduction's instantiation (fp32 sums per consumer thread, consumer threads)
+
+
+def kernel_plan(M: int, N: int, K: int, tile: Tile, fmt: W4Format) -> KernelPlan:
+    bM, bN, bK, split = tile.block_M, tile.block_N, tile.block_K, tile.split_k
+    consumer_threads = WARPGROUP * (bN // PANEL_ROWS)
+    return KernelPlan(
+        groups_per_block=max(bK // fmt.group, 1),
+        scale_dtype="uint8" if fmt.scale == "e8m0" else "bfloat16",
+        zeros_shape=(K // fmt.group, N) if fmt.has_zeros else (1,),
+        decoder=f"dq_decode_fragment<{fmt.kind}, {bK}, {fmt.group}, {bN}, {packed_arrangement(fmt)}>",
+        k_blocks=K // bK // split, longer=K // bK % split,
+        grid=(-(-N // bN), -(-M // bM)) + ((split,) if split > 1 else ()),
+        cluster={"cluster_dims": (1, 1, split)} if split > 1 else {},
+        reduce=f"dq_cluster_reduce<{bN * bM // consumer_threads}, {consumer_threads}>")
+
+
 def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     """TileLang W4A16 GEMM, weight-as-left-operand: Cᵀ tile (block_N x block_M) = Ŵ tile · A tileᵀ.
 
@@ -240,21 +269,14 @@ def dequant_w4_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Format):
     if overlapped_form(tile):
         return dequant_w4_overlapped_kernel(M, N, K, tile, fmt)
     bM, bN, bK, G = tile.block_M, tile.block_N, tile.block_K, fmt.group
-    groups_per_block = max(bK // G, 1)
-    scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
-    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {packed_arrangement(fmt)}>"
+    groups_per_block, scale_dtype, zeros_shape, decoder, k_blocks, longer, grid, launch, reduce = \
+        kernel_plan(M, N, K, tile, fmt)
     panels = bN // PANEL_ROWS
-    zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
     split = tile.split_k
     # K blocks per CTA: a split's last K/bK mod split CTAs take one more (uneven, so a K of 74 blocks splits 4 ways).
     # TileLang's pipeline needs a static trip count: every CTA runs the longer count, a shorter one loading the
     # next CTA's first block (in bounds, shared through L2) and skipping its decode and wgmma
-    k_blocks, longer = divmod(K // bK, split)
     first_longer = split - longer
-    # a split kernel's grid gains a z axis, one cluster of ``split`` CTAs per output tile
-    grid = (T.ceildiv(N, bN), T.ceildiv(M, bM)) + ((split,) if split > 1 else ())
-    launch = {"cluster_dims": (1, 1, split)} if split > 1 else {}
-    reduce = f"dq_cluster_reduce<{bN * bM // tile.threads}, {tile.threads}>"
 
     @T.macro
     def store_tile(Ct_frag, C_shared, C, bx, by):
@@ -362,18 +384,11 @@ def dequant_w4_overlapped_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Form
 
     bM, bN, bK, G, S = tile.block_M, tile.block_N, tile.block_K, fmt.group, tile.num_stages
     consumers, panels = bN // PANEL_ROWS, bN // PANEL_ROWS
-    consumer_threads = WARPGROUP * consumers
-    groups_per_block = max(bK // G, 1)
-    scale_dtype = "uint8" if fmt.scale == "e8m0" else "bfloat16"
-    zeros_shape = (K // G, N) if fmt.has_zeros else (1,)
-    decoder = f"dq_decode_fragment<{fmt.kind}, {bK}, {G}, {bN}, {packed_arrangement(fmt)}>"
+    groups_per_block, scale_dtype, zeros_shape, decoder, k_blocks, longer, grid, cluster, reduce = \
+        kernel_plan(M, N, K, tile, fmt)
     split = tile.split_k
-    k_blocks, longer = divmod(K // bK, split)  # as the decode form: the last K/bK mod split CTAs one block more
-    first_longer = split - longer
+    first_longer = split - longer  # as the decode form: the last K/bK mod split CTAs run one block more
     count = k_blocks + (1 if longer else 0)  # the K blocks every CTA runs (see k_first below)
-    grid = (N // bN, -(-M // bM)) + ((split,) if split > 1 else ())
-    cluster = {"cluster_dims": (1, 1, split)} if split > 1 else {}
-    reduce = f"dq_cluster_reduce<{PANEL_ROWS * bM // WARPGROUP}, {consumer_threads}>"
     # the skeleton's roles and epilogue (its launch fields other than the consumers are unused: one tile per CTA)
     shape = Launch(consumers, tile.threads, 1, 1, k_blocks, 1, 1, 1)
     ws = Skeleton(T, tile, shape, TMA_PRODUCER, S)
