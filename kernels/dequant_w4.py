@@ -69,7 +69,7 @@ def fragment_thread(i, j):
 
 def consumer_fragment_thread(wg: int):
     """``fragment_thread`` for consumer warpgroup ``wg`` of a kernel whose warpgroup 0 is the producer."""
-    return lambda i, j: fragment_thread(i, j) + 128 * (wg + 1)
+    return lambda i, j: fragment_thread(i, j) + WARPGROUP * (wg + 1)
 
 
 def fragment_index(i, j):
@@ -507,7 +507,7 @@ def dequant_w4_overlapped_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Form
             for frag in [f for pair in frags for f in pair]:
                 layouts[frag] = T.Fragment(frag.shape, forward_thread_fn=fragment_thread, forward_index_fn=fragment_index)
             if split > 1:
-                # (a comprehension: a for loop here would be traced as a kernel loop)
+                # (a comprehension: a `for wg in range(...)` statement here would be traced as a kernel loop)
                 layouts.update({a: T.Fragment(a.shape, forward_thread_fn=consumer_fragment_thread(wg),
                                               forward_index_fn=fragment_index) for wg, a in enumerate(acc)})
             T.annotate_layout(layouts)
