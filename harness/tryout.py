@@ -17,7 +17,6 @@ registers, spills. What this prints is for choosing tiles; published numbers com
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from harness import compile as kcompile
+from harness.atomic import write_json
 from harness.plan import load_config
 from kernels.registry import get_format, get_variant, tile_problem
 from kernels.tiles import parse_shape, parse_tile
@@ -143,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write(path: str | None, rows: list[dict]) -> None:
+    """The rows so far, replaced atomically: an interrupt mid-write leaves the previous shapes' rows whole."""
     if path:
-        Path(path).write_text(json.dumps(rows, indent=1, default=str))
+        write_json(path, rows)
 
 
 def _run(requests: Requests, compiled: list[dict], args, config: dict, timed) -> bool:
