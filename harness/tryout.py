@@ -84,8 +84,8 @@ def read_plan(path: str) -> Requests:
             parse_shape(shape)
         except ValueError as e:
             raise SystemExit(f"{path}:{number}: {e}") from None
-        requests.setdefault(shape, {}).setdefault(name, []).extend(t for t in tiles
-                                                                   if t not in requests[shape].get(name, []))
+        have = requests.setdefault(shape, {}).setdefault(name, [])
+        have += [t for t in dict.fromkeys(tiles) if t not in have]
     if not requests:
         raise SystemExit(f"{path}: no 'SHAPE VARIANT TILE' line")
     return list(requests.items())

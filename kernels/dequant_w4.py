@@ -383,7 +383,7 @@ def dequant_w4_overlapped_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Form
     from tilelang.layout import make_linear_layout
 
     bM, bN, bK, G, S = tile.block_M, tile.block_N, tile.block_K, fmt.group, tile.num_stages
-    consumers, panels = bN // PANEL_ROWS, bN // PANEL_ROWS
+    consumers = panels = bN // PANEL_ROWS  # a consumer warpgroup per panel of 64 weight rows
     groups_per_block, scale_dtype, zeros_shape, decoder, k_blocks, longer, grid, cluster, reduce = \
         kernel_plan(M, N, K, tile, fmt)
     split = tile.split_k

@@ -158,6 +158,15 @@ DQ_FN void dq_decode_fragment(void* frag_, const void* packed_, const void* scal
 }
 
 #ifdef __CUDA_ARCH__
+// N cluster-wide barriers (arrive with release, wait with acquire): every thread of the cluster must reach each;
+// dq_cluster_reduce's two, and the same two for the threads that hold no sums (the overlapped form's producer).
+template <int N>
+__device__ __forceinline__ void dq_cluster_barriers() {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // Split-K over a thread-block cluster: the SPLITS CTAs of one output tile (the cluster's z extent, each
 // with its own K range) hold partial fp32 sums in the same fragment layout, so register r of thread tid
 // is the same output element in every CTA. Every CTA but rank 0 stores its sums in its own shared
@@ -178,7 +187,7 @@ __device__ __forceinline__ int dq_cluster_reduce(void* acc_, void* red_, int tid
     for (int q = 0; q < REGS / 4; ++q)
       red[q * THREADS + tid] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
   }
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  dq_cluster_barriers<1>();
   if (rank == 0) {
     const uint32_t local = (uint32_t)__cvta_generic_to_shared(red);
     for (uint32_t peer = 1; peer < ctas; ++peer) {
@@ -193,16 +202,7 @@ __device__ __forceinline__ int dq_cluster_reduce(void* acc_, void* red_, int tid
       }
     }
   }
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  dq_cluster_barriers<1>();
   return rank == 0;
-}
-
-// The N cluster-wide barriers of dq_cluster_reduce, for the threads that hold no sums (the overlapped form's
-// producer warpgroup): every thread of the cluster must reach each of them.
-template <int N>
-__device__ __forceinline__ void dq_cluster_barriers() {
-#pragma unroll
-  for (int n = 0; n < N; ++n)
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 #endif
