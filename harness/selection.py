@@ -175,7 +175,9 @@ def predict_resident_us(variant: Variant, M: int, N: int, K: int, tile: Tile, pl
     per-block instructions (the decode's instructions are the cost: ``decode_Gps`` per SM, and
     ``kblock_issue_us`` per block, so small K blocks cost more per weight); its own chain, the same work plus ``kblock_us``
     of latency that only other CTAs hide (alone on an SM, a CTA of 64-wide K blocks is mostly that latency); its
-    share of the load bandwidth; the ring's latency. Before its first block a CTA waits for about half of what
+    share of the load bandwidth; the ring's latency. A form that overlaps its K blocks (``TileSpace.overlaps``: the
+    decode of the next block under this block's wgmma) costs the slower of decode and wgmma per block, with no
+    exposed chain latency. Before its first block a CTA waits for about half of what
     every resident CTA's prologue (``stages`` - 1 blocks) asks of HBM at once, so deep rings on short K ranges
     cost. The GPU holds ``PlatformModel.resident_clusters`` clusters at once; CTAs past that run in a later round
     on emptier SMs. The whole is at least the unique bytes at HBM speed. Here the tile's rows of A are the
@@ -191,15 +193,27 @@ def predict_resident_us(variant: Variant, M: int, N: int, K: int, tile: Tile, pl
     hbm = platform.hbm_TBps * 1e12 * c.hbm_eff
     peak = (platform.peak.get(variant.precision) or 1.0) * 1e12 / platform.sms
     t_mma = 2.0 * bM * bN * bK / (peak * c.mma_eff * bM / (bM + c.n_half))
-    # one CTA's block at the SM's full issue rate: the decode, the wgmma and the block's fixed instructions
-    t_work = bN * bK / (c.decode_Gps * 1e9) + t_mma + c.kblock_issue_us * 1e-6
-    t_latency = c.latency_us * 1e-6 / max(tile.num_stages - c.held_stages, 0.25)
+    t_decode = bN * bK / (c.decode_Gps * 1e9)
+    held_stages = c.held_stages
+    if variant.tile_space.overlaps is not None and variant.tile_space.overlaps(tile):
+        # the decode of block k + 1 runs under the wgmma of block k: a block costs the slower of the two, and no
+        # chain latency is left exposed (the ring's producer and the wgmma in flight hide it); but a consumer keeps
+        # block k's stage until block k + 1's wgmma is issued, one stage more than the other forms hold
+        t_work = _soft_max(t_decode, t_mma) + c.kblock_issue_us * 1e-6
+        t_chain = t_work
+        held_stages += 1
+    else:
+        # one CTA's block at the SM's full issue rate: the decode, the wgmma and the block's fixed instructions,
+        # and alone on an SM the block's latency on top
+        t_work = t_decode + t_mma + c.kblock_issue_us * 1e-6
+        t_chain = t_work + c.kblock_us * 1e-6
+    t_latency = c.latency_us * 1e-6 / max(tile.num_stages - held_stages, 0.25)
 
     def t_cta(resident: int) -> float:
         """One CTA's time while ``resident`` CTAs of the kernel run at once."""
         sharing = min(per_sm, ceil_div(resident, platform.sms))  # CTAs on the busiest SM at once
         bandwidth = min(c.sm_GBps * 1e9, hbm * 4 / min(resident, platform.sms)) / sharing  # L2 serves ~4x HBM
-        t_k = _soft_max(sharing * t_work, t_work + c.kblock_us * 1e-6, stage_bytes / bandwidth, t_latency)
+        t_k = _soft_max(sharing * t_work, t_chain, stage_bytes / bandwidth, t_latency)
         t_prologue = resident * (tile.num_stages - 1) * stage_bytes / (2 * hbm)
         # the output block, and a split's partial sums gathered by its first CTA
         t_out = (bM * bN * c_bytes + (split - 1) * bM * bN * 4) / bandwidth

@@ -119,6 +119,9 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
 DECODE_MAX_BLOCK_M = 64
 # The overlapped form's consumer warpgroups: one or two (kernels.warp_specialized's register budgets)
 OVERLAPPED_MAX_BLOCK_N = 128
+# The overlapped form's smallest block_M the tile space offers: at M <= 32 the decode form's best was 13-17 % faster
+# in every try, at 64 the overlapped form 1.25x faster (docs/design/dequant_w4.md, round 13)
+OVERLAPPED_MIN_BLOCK_M = 64
 # A K split (``_split<n>``) is one thread-block cluster along the grid's z: the portable cluster size
 MAX_SPLIT_K = 8
 # The prepared weight's panels (``arrange_packed``): 64 rows (one consumer warpgroup's) by spans of 32 bytes
@@ -187,7 +190,8 @@ def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> s
     (``check_dequant_w4_tile``: K in whole K blocks, the group; N in whole panels of 64 rows), and the forms
     measured slower (docs/design/dequant_w4.md): a decode tile of two warpgroups (block_N 128: 28.6 against 19.7 µs at
     1x8192²) or of K blocks under 128, a prefill tile of K blocks over 128 (its decoded fragment and the
-    producer's ring outgrow the registers and shared memory one CTA per SM has). A decode tile over more than
+    producer's ring outgrow the registers and shared memory one CTA per SM has), an overlapped tile of block_M under
+    64 or of K blocks its registers or TileLang do not take. A decode tile over more than
     8 row blocks of A (decoding each weight 9 times or more) is left out with the raster swizzle it would get."""
     try:
         check_dequant_w4_tile(fmt, K, tile)
@@ -195,10 +199,13 @@ def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> s
         return str(e)
     if why := panel_problem(N):
         return f"tile {tile.name}: {why}"
-    if overlapped_form(tile):
-        # built and checked by name (harness.tryout) while its first measurements are taken; the model has no
-        # terms for its overlap yet, so the selection does not rank it
-        return f"tile {tile.name}: the overlapped form is not ranked by the selection until measured"
+    if overlapped_form(tile) and (tile.block_K > 256 or tile.block_N > 64 and tile.block_K > 128):
+        # two fragments of 512 outgrow the registers (ptxas C7512 serializes the wgmmas); two consumers of 256
+        # stop TileLang ("scalable vector")
+        return f"tile {tile.name}: the overlapped form runs K blocks of at most 256 (128 with two consumers)"
+    if overlapped_form(tile) and tile.block_M < OVERLAPPED_MIN_BLOCK_M:
+        return (f"tile {tile.name}: the overlapped form takes block_M of at least {OVERLAPPED_MIN_BLOCK_M} (below, the "
+                f"decode form's several CTAs per SM ran 13-17 % faster)")
     if decode_form(tile) and (tile.block_N != 64 or tile.block_K < 128 or tile.swizzle):
         return (f"tile {tile.name}: the decode form runs one warpgroup (block_N 64) on K blocks of at least 128, "
                 f"in a plain raster (at most 8 row blocks)")
@@ -213,10 +220,10 @@ def dequant_w4_tile_space(fmt: W4Format) -> TileSpace:
     (block_M 128-256, one or two consumer warpgroups); every ring depth 2-4 that keeps the most CTAs on an SM
     (``dequant_w4_ctas_per_sm``)."""
     return TileSpace(block_M=(8, 16, 32, 64, 128, 256), block_N=(64, 128), block_K=(64, 128, 256, 512),
-                     threads=lambda block_M: (128, 256), max_stages=4, min_stages=2, policies=("FullRow",),
+                     threads=lambda block_M: (128, 256, 384), max_stages=4, min_stages=2, policies=("FullRow",),
                      swizzle=lambda m_blocks, n_blocks: 8 if m_blocks > 8 else 0, split_k=(1, 2, 4, 8),
                      rule=lambda M, N, K, tile: dequant_w4_tile_rule(fmt, M, N, K, tile),
-                     ctas_per_sm=dequant_w4_ctas_per_sm, arches=("sm_90a",))
+                     ctas_per_sm=dequant_w4_ctas_per_sm, overlaps=overlapped_form, arches=("sm_90a",))
 
 
 class KernelPlan(NamedTuple):
@@ -395,15 +402,18 @@ def dequant_w4_overlapped_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Form
     rows = PANEL_ROWS
 
     @T.macro
-    def step(g, first, F, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane):
+    def step(g, first, F, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane, last=False):
         slot = g % S
         T.barrier_wait(full[slot], (g // S) & 1)
         T.call_extern("handle", decoder, T.address_of(F[0, 0]), T.address_of(B_s[slot, 0, 0, 0]),
                       T.address_of(S_s[slot, 0, 0]), T.address_of((Z_s if fmt.has_zeros else S_s)[slot, 0, 0]), tid)
         T.wgmma_gemm(F, A_s[slot, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow, clear_accum=first)
         # block g - 1's wgmma retires (block g's keeps running); its stage is free. The wait is unconditional: behind
-        # a branch (g > 0) ptxas serializes every wgmma (C7514)
-        T.wait_wgmma(1)
+        # a branch (g > 0) ptxas serializes every wgmma (C7514). The last block waits for its own wgmma right here:
+        # with that wait after the loop, ptxas (CUDA 13.0) scheduled the epilogue's reads of the sums above it
+        # whenever registers allowed, losing part of the last block (test_compile_overlapped_form_reads_its_sums_
+        # after_the_last_wgmma)
+        T.wait_wgmma(0 if last else 1)
         if g > 0:
             if lane == 0:
                 T.barrier_arrive(empty[(g + S - 1) % S])
@@ -422,18 +432,20 @@ def dequant_w4_overlapped_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Form
         tx = T.get_thread_binding()
         tid = tx - WARPGROUP  # among the consumer threads: the decoder's rows (64 per warpgroup)
         lane = tx % 32
-        # the fragments alternate; an odd count's first block goes before the loop (after it, ptxas would see its
-        # fragment redefined under the last wgmma and serialize them all, C7513)
-        if count % 2 == 1:
-            step(0, True, F0, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
-            for kp in T.serial(count // 2):
-                step(2 * kp + 1, False, F1, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
-                step(2 * kp + 2, False, F0, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
-        else:
-            for kp in T.serial(count // 2):
-                step(2 * kp, kp == 0, F0, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
-                step(2 * kp + 1, False, F1, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
-        T.wait_wgmma(0)
+        # the fragments alternate, in pairs of blocks: an odd count's first block goes before the loop (after it,
+        # ptxas would see its fragment redefined under the last wgmma and serialize them all, C7513), the last pair
+        # after it (its second block waits for all)
+        odd = count % 2
+        if odd:
+            step(0, True, F0, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane, last=count == 1)
+        if count // 2 > 1:
+            for kp in T.serial(count // 2 - 1):
+                step(odd + 2 * kp, not odd and kp == 0, F1 if odd else F0, A_s, B_s, S_s, Z_s, full, empty, acc, tid,
+                     lane)
+                step(odd + 2 * kp + 1, False, F0 if odd else F1, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
+        if count > 1:
+            step(count - 2, count == 2, F1 if odd else F0, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane)
+            step(count - 1, False, F0 if odd else F1, A_s, B_s, S_s, Z_s, full, empty, acc, tid, lane, last=True)
         T.warpgroup_fence_operand(acc, num_regs=rows * bM // WARPGROUP)
         bx, by = T.get_block_binding(0), T.get_block_binding(1)
         col = bx * bN + wg * rows

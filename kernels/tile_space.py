@@ -50,6 +50,9 @@ class TileSpace:
     # CTAs of a tile one SM holds at once, given the tile's shared memory bytes: set for a kernel of one CTA
     # per tile (and K split) whose CTAs share an SM as registers and shared memory allow; the model counts them
     ctas_per_sm: Callable[[Tile, int], int] | None = None
+    # whether a tile's form overlaps its K blocks (the decode of block k + 1 under the wgmma of block k, a producer
+    # warpgroup feeding the ring): the model of resident CTAs then charges a block the slower of the two, not their sum
+    overlaps: Callable[[Tile], bool] | None = None
 
     def covers(self, variant, arch: str) -> bool:
         return arch not in variant.unsupported and (self.arches is None or arch in self.arches)

@@ -203,15 +203,28 @@ def test_the_tile_picks_the_form():
     dqw.check_dequant_w4_tile(fmt, 8192, parse_tile("m256n128k64_s4_t384_wrow"))
 
 
-def test_the_selection_does_not_rank_the_overlapped_form_yet():
-    """Until its first measurements the tile space leaves the overlapped form out (named tiles still build)."""
+def test_the_selection_ranks_the_overlapped_form_within_its_limits():
+    """The tile space offers the overlapped form (t256 at block_N 64, t384 at 128) beside the other two, with K
+    blocks of at most 256 (128 with two consumers) and block_M of at least 64 (below, the decode form was measured
+    faster), and the model charges its K blocks the slower of decode and wgmma: at a prefill-sized shape it is
+    predicted faster than the prefill form of the same blocks."""
+    from harness.plan import load_config
+    from harness.selection import PlatformModel, predict_us
     from kernels.tile_space import candidates
 
     v = VARIANTS["dequant_w4_int4_sym_g128"]
-    for M, N, K in [(1, 8192, 8192), (16, 3584, 18944), (256, 8192, 8192), (4096, 8192, 8192)]:
+    for M, N, K in [(64, 8192, 8192), (256, 8192, 8192), (4096, 8192, 8192)]:
         tiles = candidates(v, M, N, K, "sm_90a")
-        assert tiles and not any(dqw.overlapped_form(t) for t in tiles)
-    assert "not ranked" in v.tile_space.rule(16, 8192, 8192, parse_tile("m16n64k256_s4_t256_wrow_split2"))
+        overlapped = [t for t in tiles if dqw.overlapped_form(t)]
+        assert overlapped and len(overlapped) < len(tiles)
+        assert all(t.block_K <= (128 if t.block_N == 128 else 256) and t.block_M >= 64 for t in overlapped)
+    assert all(t.block_M >= 64 for t in candidates(v, 16, 8192, 8192, "sm_90a") if dqw.overlapped_form(t))
+    assert "at most 256" in v.tile_space.rule(64, 8192, 8192, parse_tile("m64n64k512_s2_t256_wrow_split2"))
+    assert "at most 256" in v.tile_space.rule(64, 8192, 8192, parse_tile("m64n128k256_s2_t384_wrow_split2"))
+    assert "at least 64" in v.tile_space.rule(16, 8192, 8192, parse_tile("m16n128k128_s4_t384_wrow_split2"))
+    h200 = PlatformModel.from_config("h200", load_config()["platforms"]["h200"])
+    overlapped, prefill = parse_tile("m128n128k64_s4_t384_wrow"), parse_tile("m128n128k64_s4_t256_wrow")
+    assert predict_us(v, 4096, 8192, 8192, overlapped, h200) < predict_us(v, 4096, 8192, 8192, prefill, h200)
 
 
 # ---------------------------------------------------------------- the CUDA decoder on the host
@@ -414,16 +427,34 @@ def test_compile_split_decode_tile_reduces_through_its_cluster(kernels):
     assert re.search(r"\(\(int\)blockIdx\.z\)", src)  # the CTA's half of K
 
 
+def early_accumulator_reads(sass: str) -> list[str]:
+    """SASS instructions that read an HGMMA's accumulator registers after it and before the next wait for all
+    wgmmas (``WARPGROUP.DEPBAR.LE gsb0, 0x0``): the sums of a wgmma still in flight."""
+    early, acc = [], None
+    for line in sass.splitlines():
+        ins = re.sub(r"/\*[^*]*\*/", "", line.split(";")[0]).strip()
+        if m := re.search(r"HGMMA\.64x(\d+)x\d+\.F32\S*\s+R(\d+)", ins):
+            acc = set(range(int(m.group(2)), int(m.group(2)) + int(m.group(1)) // 2))  # 64 x N fp32 over 128 threads
+        elif acc is not None and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in ins:
+            acc = None
+        elif acc is not None and "WARPGROUP" not in ins and {int(r) for r in re.findall(r"\bR(\d+)\b", ins)} & acc:
+            early.append(ins)
+    return early
+
+
 @pytest.mark.compile
 @pytest.mark.parametrize("name,tile,shape", [
     ("w4_int4_sym_g128", "m256n128k64_s4_t384_wrow", (256, 256, 1024)),
+    ("w4_int4_sym_g128", "m128n64k64_s4_t256_wrow", (128, 256, 1024)),  # spare registers: the sums read early before
     ("w4_uint4_zp_g128", "m16n64k256_s4_t256_wrow_split2", (256, 256, 1024)),
     ("w4_mxfp4", "m16n64k256_s4_t256_wrow_split4", (16, 256, 2304)),  # 9 K blocks over 4 CTAs: uneven, odd count
 ])
 def test_compile_overlapped_form_keeps_its_wgmmas_in_flight(kernels, name, tile, shape):
     """The overlapped form: the producer gives up registers (setmaxnreg), the consumers decode into two fragments
     in turn and wait for all but the last wgmma batch (``wait_wgmma(1)``); ptxas must not serialize them (C7512-
-    C7514 would put a ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` after every HGMMA)."""
+    C7514 would put a ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` after every HGMMA). The last block waits for all in place,
+    and nothing reads the sums before that wait: with the wait after the loop, ptxas scheduled the epilogue's
+    conversions above it where registers allowed (m128n64k64: a third of the last K block lost, on the GPU)."""
     k = kernels(f"dequant_{name}", tile, "sm_90a", shape)
     assert k.record["status"] == "ok", k.record.get("reason")
     src, sass = k.source, k.sass
@@ -431,13 +462,25 @@ def test_compile_overlapped_form_keeps_its_wgmmas_in_flight(kernels, name, tile,
     fmt = dqf.W4_FORMATS[name]
     t = parse_tile(tile)
     count = -(-shape[2] // t.block_K // t.split_k)  # every CTA runs the longer count; an odd one peels a block
-    calls = 3 if count % 2 else 2
+    calls = count % 2 + (2 if count // 2 > 1 else 0) + (2 if count > 1 else 0)  # the first, the loop's pair, the last
     assert src.count(f"dq_decode_fragment<{fmt.kind}, {t.block_K}, {fmt.group}, {t.block_N},") == calls * t.block_N // 64
     hgmma = len(re.findall(r"\bHGMMA\.", sass))
     waits_for_all = len(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0", sass))
     assert hgmma and waits_for_all < hgmma // 2, (hgmma, waits_for_all)
+    assert not early_accumulator_reads(sass)
     if t.split_k > 1:
         assert "dq_cluster_reduce<" in src and "dq_cluster_barriers<2>();" in src
+
+
+def test_early_accumulator_reads_finds_sums_read_under_their_wgmma():
+    """The SASS check above on the sequence ptxas emitted before the fix (accumulators R24-R87), and after it."""
+    hgmma = "HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR16], R24, gsb0 ;"
+    before = [hgmma, "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "F2FP.BF16.F32.PACK_AB R115, R87, R86 ;",
+              "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;"]
+    after = [hgmma, "IADD3 R2, R3, R6, R2 ;", "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "F2FP.BF16.F32.PACK_AB R115, R87, R86 ;"]
+    assert early_accumulator_reads("\n".join(f"/*{i:04x}*/ {s}" for i, s in enumerate(before))) == [
+        "F2FP.BF16.F32.PACK_AB R115, R87, R86"]
+    assert early_accumulator_reads("\n".join(after)) == []
 
 
 # ---------------------------------------------------------------- tinygemm, the library peer

@@ -295,14 +295,16 @@ def test_rank_prints_the_models_order(capsys):
 @pytest.mark.parametrize("name", DEQUANT)
 @pytest.mark.parametrize("shape", [(1, 8192, 8192), (16, 576, 7168), (64, 3584, 18944), (2048, 4736, 3584)])
 def test_every_dequant_candidate_fits_its_shape_with_the_ring_that_keeps_most_ctas_per_sm(name, shape):
-    from kernels.dequant_w4 import check_dequant_w4_tile
+    from kernels.dequant_w4 import check_dequant_w4_tile, decode_form, overlapped_form
 
     v = get_variant(name)
     space = v.tile_space
     tiles = candidates(v, *shape, "sm_90a")
     assert tiles and len({t.name for t in tiles}) == len(tiles)
     assert any(t.block_M > 64 for t in tiles)  # the prefill form at every M
-    assert any(t.split_k > 1 for t in tiles) == (shape[0] <= 64)  # the decode form only where its rows are few
+    # the decode form only where its rows are few; the overlapped form splits K at any M
+    assert any(t.split_k > 1 and decode_form(t) for t in tiles) == (shape[0] <= 64)
+    assert any(t.split_k > 1 and overlapped_form(t) for t in tiles)
     for t in tiles:
         check_dequant_w4_tile(_fmt(v), shape[2], t)
         smem = kernel_smem_bytes(v.kernel, t)
