@@ -216,9 +216,10 @@ def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> s
 
 def dequant_w4_tile_space(fmt: W4Format) -> TileSpace:
     """The tiles the selection ranks for ``fmt``'s kernel on sm_90a: the decode form (block_M 8-64, K
-    blocks of 128-512, K split over 1-8 CTAs, several CTAs per SM) and the warp-specialized prefill form
-    (block_M 128-256, one or two consumer warpgroups); every ring depth 2-4 that keeps the most CTAs on an SM
-    (``dequant_w4_ctas_per_sm``)."""
+    blocks of 128-512, K split over 1-8 CTAs, several CTAs per SM), the warp-specialized prefill form
+    (block_M 128-256, one or two consumer warpgroups) and the overlapped form (a producer warpgroup beside one or
+    two consumers, block_M 64-256, K split over 1-8 CTAs; ``overlaps`` tells the model); every ring depth 2-4 that
+    keeps the most CTAs on an SM (``dequant_w4_ctas_per_sm``)."""
     return TileSpace(block_M=(8, 16, 32, 64, 128, 256), block_N=(64, 128), block_K=(64, 128, 256, 512),
                      threads=lambda block_M: (128, 256, 384), max_stages=4, min_stages=2, policies=("FullRow",),
                      swizzle=lambda m_blocks, n_blocks: 8 if m_blocks > 8 else 0, split_k=(1, 2, 4, 8),
@@ -411,8 +412,8 @@ def dequant_w4_overlapped_kernel(M: int, N: int, K: int, tile: Tile, fmt: W4Form
         # block g - 1's wgmma retires (block g's keeps running); its stage is free. The wait is unconditional: behind
         # a branch (g > 0) ptxas serializes every wgmma (C7514). The last block waits for its own wgmma right here:
         # with that wait after the loop, ptxas (CUDA 13.0) scheduled the epilogue's reads of the sums above it
-        # whenever registers allowed, losing part of the last block (test_compile_overlapped_form_reads_its_sums_
-        # after_the_last_wgmma)
+        # whenever registers allowed, losing part of the last block (the SASS check of
+        # test_compile_overlapped_form_keeps_its_wgmmas_in_flight)
         T.wait_wgmma(0 if last else 1)
         if g > 0:
             if lane == 0:
