@@ -24,8 +24,8 @@ its activation tile.
 
 Three forms, chosen by the tile (``dequant_w4_pass_configs``). A tile with a producer warpgroup beside its
 consumers (threads 128·(block_N/64 + 1), ``overlapped_form``) builds ``dequant_w4_overlapped_kernel``: its own
-ring and barriers, the decode of K block k + 1 under the wgmma of block k. Otherwise decode tiles (block_M <= 64) are built
-without TileLang's warp specialization, so every thread loads (cp.async), decodes and multiplies in
+ring and barriers, the decode of K block k + 1 under the wgmma of block k. Otherwise decode tiles (block_M <= 64)
+are built without TileLang's warp specialization, so every thread loads (cp.async), decodes and multiplies in
 64-221 registers and several CTAs share an SM. A decode tile may split K (``_split<n>``): the n CTAs of one
 output tile form a thread-block cluster along the grid's z, each runs 1/n of the K blocks (the last
 K/block_K mod n CTAs one more), and rank 0 adds the others' fp32 sums through distributed shared memory in
