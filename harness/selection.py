@@ -55,6 +55,9 @@ class Constants:
     - ``held_stages``: ring stages the consumers hold, not in flight (a warp-specialized consumer: two, one
       wgmma batch retiring and one running; fewer where a kernel has a second, deeper ring, as int4_ws's
       packed one);
+    - ``split_us``: per CTA of a K split (a kernel of resident CTAs), the cluster's reduction (its barrier waits
+      and the exchange of partial sums), spent while the CTA holds its place on the SM, so CTAs sharing an SM
+      pay it in turn;
     - ``launch_us``: launch and tail, once per call;
     - ``decode_Gps``: weights one SM decodes per second, in G (a kernel that decodes its weight in registers:
       the W4A16 kernels; about 5 instructions per pair of weights at 128 lanes per clock)."""
@@ -71,13 +74,14 @@ class Constants:
     launch_us: float = 4.0
     decode_Gps: float = 100.0
     kblock_issue_us: float = 0.07
+    split_us: float = 0.0
 
     FITTED = ("mma_eff", "n_half", "one_consumer", "latency_us", "sm_GBps", "tile_us", "hbm_eff", "kblock_us",
               "held_stages")
     # a kernel of resident CTAs (``TileSpace.ctas_per_sm``: the W4A16 kernels) has no 64-row consumer rate but
     # a decode rate
     FITTED_RESIDENT = ("mma_eff", "n_half", "latency_us", "sm_GBps", "tile_us", "hbm_eff", "kblock_us",
-                       "held_stages", "decode_Gps", "kblock_issue_us")
+                       "held_stages", "decode_Gps", "kblock_issue_us", "split_us")
 
 
 def resident(variant: Variant) -> bool:
@@ -95,7 +99,7 @@ def fitted_constants(variant: Variant) -> tuple[str, ...]:
 # an H200 on 2026-12-07 (docs/design/dequant_w4.md), with hbm_eff held at its default: median |log error| 0.07,
 # worst 0.23, and the fastest timed tile picked at two of the four shapes, within 1.11x at the others.
 RESIDENT_DEFAULTS = dict(mma_eff=0.81, n_half=10.1, latency_us=0.66, sm_GBps=102.0, tile_us=0.58, kblock_us=0.24,
-                         held_stages=0.64, decode_Gps=141.0, kblock_issue_us=0.044)
+                         held_stages=0.64, decode_Gps=141.0, kblock_issue_us=0.044, split_us=0.7)
 
 
 def default_constants(variant: Variant) -> Constants:
@@ -218,7 +222,9 @@ def predict_resident_us(variant: Variant, M: int, N: int, K: int, tile: Tile, pl
         # the output block, and a split's partial sums gathered by its first CTA
         t_out = (bM * bN * c_bytes + (split - 1) * bM * bN * 4) / bandwidth
         # an uneven split's CTAs all run the longer count (the shorter load a block they do not add)
-        return t_prologue + ceil_div(K // bK, split) * t_k + c.tile_us * 1e-6 + t_out
+        # a split's cluster reduction holds every CTA's place on the SM (its barrier waits for the partners)
+        t_split = sharing * c.split_us * 1e-6 if split > 1 else 0.0
+        return t_prologue + ceil_div(K // bK, split) * t_k + c.tile_us * 1e-6 + t_out + t_split
 
     rounds, rest = divmod(ctas, held)
     t_rounds = rounds * t_cta(held) + (t_cta(rest) if rest else 0.0)
