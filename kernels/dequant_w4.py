@@ -106,6 +106,10 @@ def check_dequant_w4_tile(fmt: W4Format, K: int, tile: Tile) -> None:
                         f"(a producer warpgroup), got block_M={bM} with threads={tile.threads}")
     if not 1 <= tile.split_k <= MAX_SPLIT_K:
         problems.append(f"the K split is a thread-block cluster of at most {MAX_SPLIT_K} CTAs, got {tile.split_k}")
+    if tile.split_k > 1 and tile.swizzle:
+        # TileLang 0.1.15's codegen: "Only support annotate threadblock swizzle for cluster on X dimension"
+        problems.append(f"a K split (a cluster along the grid's z) takes no raster swizzle (TileLang swizzles only "
+                        f"clusters along x), got _z{tile.swizzle} with split {tile.split_k}")
     if problems:
         raise ValueError(f"tile {tile.name} does not fit {fmt.name}: " + "; ".join(problems))
 

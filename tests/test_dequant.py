@@ -183,6 +183,9 @@ def test_check_tile_rejects_misfits():
         with pytest.raises(ValueError):
             dqw.check_dequant_w4_tile(fmt, K, parse_tile(bad))
     dqw.check_dequant_w4_tile(fmt, 14336, parse_tile("m8n64k256_s4_t128_wrow_split8"))  # 56 K blocks, 7 per CTA
+    # the model's pick at 2048x3584x18944 before TileLang's limit was known: its codegen swizzles clusters along x only
+    with pytest.raises(ValueError, match="takes no raster swizzle"):
+        dqw.check_dequant_w4_tile(fmt, 18944, parse_tile("m128n128k128_s3_t384_wrow_z8_split2"))
 
 
 def test_the_tile_picks_the_form():
