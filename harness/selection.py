@@ -183,9 +183,12 @@ def predict_resident_us(variant: Variant, M: int, N: int, K: int, tile: Tile, pl
     decode of the next block under this block's wgmma) costs the slower of decode and wgmma per block, with no
     exposed chain latency, and holds one ring stage more (the block under its wgmma). Before its first block a CTA
     waits for about half of what every resident CTA's prologue (``stages`` - 1 blocks) asks of HBM at once, so deep
-    rings on short K ranges cost. The GPU holds ``PlatformModel.resident_clusters`` clusters at once; CTAs past
-    that run in a later round on emptier SMs. The whole is at least the unique bytes at HBM speed. Here the tile's
-    rows of A are the wgmma's N, so narrow wgmma lose by ``block_M/(block_M + n_half)``."""
+    rings on short K ranges cost. After its last block a split's CTA spends ``split_us`` on the cluster's
+    reduction, which the CTAs sharing its SM pay in turn, so a split pays only where it brings idle SMs work
+    (where the output tiles fill the SMs without it, it lost 15-20 %). The GPU holds
+    ``PlatformModel.resident_clusters`` clusters at once; CTAs past that run in a later round on emptier SMs. The
+    whole is at least the unique bytes at HBM speed. Here the tile's rows of A are the wgmma's N, so narrow wgmma
+    lose by ``block_M/(block_M + n_half)``."""
     from kernels.smem import kernel_smem_bytes
 
     a_bytes, b_bytes, c_bytes = bytes_per_element(variant.name)
