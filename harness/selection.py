@@ -97,7 +97,9 @@ def fitted_constants(variant: Variant) -> tuple[str, ...]:
 # A kernel of resident CTAs before any fit of its own: ``calibrate`` fitted to 48 tiles of dequant_w4_int4_sym_g128
 # (panel-arranged weight) at 1x8192x8192, 1x4096x14336, 16x8192x8192 and 16x28672x8192, timed by harness.tryout on
 # an H200 on 2026-12-07 (docs/design/dequant_w4.md), with hbm_eff held at its default: median |log error| 0.07,
-# worst 0.23, and the fastest timed tile picked at two of the four shapes, within 1.11x at the others.
+# worst 0.23, and the fastest timed tile picked at two of the four shapes, within 1.11x at the others. split_us came
+# later, with the others held: the value that best gives the measured ratios of eight pairs of tiles with and without
+# a split (rounds 10-12, H100 and H200; docs/design/dequant_w4.md, round 15).
 RESIDENT_DEFAULTS = dict(mma_eff=0.81, n_half=10.1, latency_us=0.66, sm_GBps=102.0, tile_us=0.58, kblock_us=0.24,
                          held_stages=0.64, decode_Gps=141.0, kblock_issue_us=0.044, split_us=0.7)
 
