@@ -203,13 +203,14 @@ def dequant_w4_tile_rule(fmt: W4Format, M: int, N: int, K: int, tile: Tile) -> s
         return str(e)
     if why := panel_problem(N):
         return f"tile {tile.name}: {why}"
-    if overlapped_form(tile) and (tile.block_K > 256 or tile.block_N > 64 and tile.block_K > 128):
-        # two fragments of 512 outgrow the registers (ptxas C7512 serializes the wgmmas); two consumers of 256
-        # stop TileLang ("scalable vector")
-        return f"tile {tile.name}: the overlapped form runs K blocks of at most 256 (128 with two consumers)"
-    if overlapped_form(tile) and tile.block_M < OVERLAPPED_MIN_BLOCK_M:
-        return (f"tile {tile.name}: the overlapped form takes block_M of at least {OVERLAPPED_MIN_BLOCK_M} (below, the "
-                f"decode form's several CTAs per SM ran 13-17 % faster)")
+    if overlapped_form(tile):
+        if tile.block_K > 256 or tile.block_N > 64 and tile.block_K > 128:
+            # two fragments of 512 outgrow the registers (ptxas C7512 serializes the wgmmas); two consumers of 256
+            # stop TileLang ("scalable vector")
+            return f"tile {tile.name}: the overlapped form runs K blocks of at most 256 (128 with two consumers)"
+        if tile.block_M < OVERLAPPED_MIN_BLOCK_M:
+            return (f"tile {tile.name}: the overlapped form takes block_M of at least {OVERLAPPED_MIN_BLOCK_M} "
+                    f"(below, the decode form's several CTAs per SM ran 13-17 % faster)")
     if decode_form(tile) and (tile.block_N != 64 or tile.block_K < 128 or tile.swizzle):
         return (f"tile {tile.name}: the decode form runs one warpgroup (block_N 64) on K blocks of at least 128, "
                 f"in a plain raster (at most 8 row blocks)")
